@@ -233,7 +233,7 @@ type VolumeSnapshotContentSpec struct {
 	// taken of; unknown when absent. It cannot change once set.
 	// +optional
 	// +kubebuilder:validation:XValidation:rule="self == oldSelf",message="sourceVolumeMode is immutable"
-	SourceVolumeMode *corev1.PersistentVolumeMode `json:"sourceVolumeMode"`
+	SourceVolumeMode *corev1.PersistentVolumeMode `json:"sourceVolumeMode,omitempty"`
 }
 
 // VolumeSnapshotContentSource is the CSI source of a snapshot. Exactly one member is set, and

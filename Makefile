@@ -1,0 +1,47 @@
+# Shutter's entry points. `make test` and `make demo` are the two a newcomer needs; the README
+# explains the rest.
+SHELL := /usr/bin/env bash
+GO ?= go
+BIN := bin
+CMDS := $(notdir $(wildcard cmd/*))
+
+.PHONY: all build generate verify test test-unit bench cluster-up cluster-down tools clean
+
+all: build
+
+build:
+	$(GO) build -o $(BIN)/ $(addprefix ./cmd/,$(CMDS))
+
+## generate: regenerate deepcopy, clientset, listers, informers and CRDs from client/apis
+generate:
+	hack/update-codegen.sh
+
+## verify: gofmt, go vet, and generated code up to date
+verify:
+	hack/verify.sh
+
+## test: every test, against a local control plane started and stopped by the script
+test:
+	hack/test.sh
+
+## test-unit: the tests that need no control plane
+test-unit:
+	$(GO) test -short -count=1 ./... ./client/...
+
+## bench: Go benchmarks (speed and memory targets live here, not in timed tests)
+bench:
+	$(GO) test -run '^$$' -bench . -benchmem -count=1 $(BENCH_FLAGS) ./...
+
+## tools: build (or find cached) etcd, kube-apiserver, kube-controller-manager, kubectl and helm
+tools:
+	hack/build-tools.sh
+
+## cluster-up / cluster-down: a local control plane for development (prints the KUBECONFIG)
+cluster-up:
+	$(GO) run ./hack/cluster up
+
+cluster-down:
+	$(GO) run ./hack/cluster down
+
+clean:
+	rm -rf $(BIN)

@@ -1,0 +1,124 @@
+package cluster
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+)
+
+// stopGrace is how long a component gets to exit after SIGTERM before it is killed.
+const stopGrace = 10 * time.Second
+
+// process is one control-plane component started by this package.
+type process struct {
+	name string
+	log  string
+	cmd  *exec.Cmd
+	done chan struct{}
+	err  error
+}
+
+// run starts a component with its output in Dir/<name>.log and its pid in Dir/<name>.pid.
+func (c *Cluster) run(opts Options, name string, args []string) error {
+	logPath := filepath.Join(opts.Dir, name+".log")
+	logFile, err := os.Create(logPath)
+	if err != nil {
+		return err
+	}
+	defer logFile.Close()
+	cmd := exec.Command(filepath.Join(opts.BinDir, name), args...)
+	cmd.Stdout, cmd.Stderr = logFile, logFile
+	cmd.Dir = opts.Dir
+	if opts.Detach {
+		cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
+	} else {
+		// Dies with the test binary that started it, even when that one is killed.
+		cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+	}
+	if err := cmd.Start(); err != nil {
+		return fmt.Errorf("start %s: %w", name, err)
+	}
+	p := &process{name: name, log: logPath, cmd: cmd, done: make(chan struct{})}
+	go func() {
+		p.err = cmd.Wait()
+		close(p.done)
+	}()
+	c.procs = append(c.procs, p)
+	return os.WriteFile(filepath.Join(opts.Dir, name+".pid"), []byte(strconv.Itoa(cmd.Process.Pid)), 0o600)
+}
+
+// exited returns an error with the log tail when the process has ended.
+func (p *process) exited() error {
+	select {
+	case <-p.done:
+		return fmt.Errorf("%s exited (%v); log tail:\n%s", p.name, p.err, p.tail(30))
+	default:
+		return nil
+	}
+}
+
+func (p *process) tail(lines int) string {
+	data, _ := os.ReadFile(p.log)
+	all := strings.Split(strings.TrimRight(string(data), "\n"), "\n")
+	if len(all) > lines {
+		all = all[len(all)-lines:]
+	}
+	return strings.Join(all, "\n")
+}
+
+func (p *process) stop() {
+	_ = p.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-p.done:
+	case <-time.After(stopGrace):
+		_ = p.cmd.Process.Kill()
+		<-p.done
+	}
+	_ = os.Remove(strings.TrimSuffix(p.log, ".log") + ".pid")
+}
+
+// StopDir stops a detached control plane from the pid files in its state folder.
+func StopDir(dir string) error {
+	found := false
+	for _, name := range []string{"kube-controller-manager", "kube-apiserver", "etcd"} {
+		pidFile := filepath.Join(dir, name+".pid")
+		data, err := os.ReadFile(pidFile)
+		if errors.Is(err, os.ErrNotExist) {
+			continue
+		} else if err != nil {
+			return err
+		}
+		found = true
+		pid, err := strconv.Atoi(string(bytes.TrimSpace(data)))
+		if err != nil {
+			return fmt.Errorf("%s: %w", pidFile, err)
+		}
+		stopPid(pid)
+		_ = os.Remove(pidFile)
+	}
+	if !found {
+		return ErrNotRunning
+	}
+	return nil
+}
+
+func stopPid(pid int) {
+	if syscall.Kill(pid, syscall.SIGTERM) != nil {
+		return
+	}
+	deadline := time.Now().Add(stopGrace)
+	for time.Now().Before(deadline) {
+		if syscall.Kill(pid, 0) != nil {
+			return
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	_ = syscall.Kill(pid, syscall.SIGKILL)
+}
