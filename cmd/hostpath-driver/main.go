@@ -1,0 +1,86 @@
+// Command hostpath-driver is Shutter's CSI driver that keeps volumes and
+// snapshots in a local directory. It serves the CSI Identity, Controller,
+// Node and GroupController services (and SnapshotMetadata when enabled) on
+// a Unix socket.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+
+	"k8s.io/klog/v2"
+
+	"github.com/shutter-csi/shutter/pkg/hostpath"
+)
+
+func main() {
+	opts, err := parseFlags(os.Args[1:])
+	if errors.Is(err, flag.ErrHelp) {
+		os.Exit(0)
+	}
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "hostpath-driver: %v\nRun 'hostpath-driver --help' for usage.\n", err)
+		os.Exit(2)
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+	defer stop()
+	ctx = klog.NewContext(ctx, klog.Background())
+	if err := hostpath.Run(ctx, opts); err != nil {
+		klog.Background().Error(err, "Driver failed")
+		klog.Flush()
+		os.Exit(1)
+	}
+	klog.Flush()
+}
+
+// parseFlags turns the command line into validated driver options.
+func parseFlags(args []string) (hostpath.Options, error) {
+	opts := hostpath.DefaultOptions()
+	fs := flag.NewFlagSet("hostpath-driver", flag.ContinueOnError)
+	fs.Usage = func() {
+		fmt.Fprintf(fs.Output(), "Usage: hostpath-driver [flags]\n\n"+
+			"Serves the Shutter hostpath CSI driver on a Unix socket. Volumes, snapshots\n"+
+			"and their state live under --datadir.\n\nFlags:\n")
+		fs.PrintDefaults()
+	}
+	fs.StringVar(&opts.Endpoint, "endpoint", opts.Endpoint, "CSI endpoint to serve, unix:///path/to/csi.sock")
+	fs.StringVar(&opts.NodeID, "nodeid", opts.NodeID, "ID of this node (required): letters, digits, '.', '_' or '-'")
+	fs.StringVar(&opts.DriverName, "drivername", opts.DriverName, "CSI driver name reported by GetPluginInfo")
+	fs.StringVar(&opts.DataDir, "datadir", opts.DataDir, "absolute directory holding volume data, snapshot data and state")
+	fs.Int64Var(&opts.Capacity, "capacity", opts.Capacity, "total bytes all volumes together may provision")
+	fs.Int64Var(&opts.MaxVolumeSize, "max-volume-size", opts.MaxVolumeSize, "largest single volume in bytes")
+	fs.BoolVar(&opts.EnableTopology, "enable-topology", opts.EnableTopology, "report the node's topology segment and honour accessibility requirements")
+	fs.BoolVar(&opts.EnableAttach, "enable-attach", opts.EnableAttach, "offer ControllerPublishVolume/ControllerUnpublishVolume")
+	fs.Int64Var(&opts.MaxVolumesPerNode, "max-volumes-per-node", opts.MaxVolumesPerNode, "attach limit reported by NodeGetInfo and enforced by ControllerPublishVolume; 0 = none")
+	fs.BoolVar(&opts.EnableSnapshotMetadata, "enable-snapshot-metadata", opts.EnableSnapshotMetadata, "serve the CSI SnapshotMetadata service (allocated and changed blocks of block snapshots)")
+	mutable := fs.String("mutable-parameters", strings.Join(opts.MutableParameters, ","), "comma-separated parameter keys ControllerModifyVolume accepts")
+	fs.BoolVar(&opts.Sync, "fsync", opts.Sync, "flush data and state to disk before acknowledging; false keeps state atomic but not power-loss safe")
+	fs.StringVar(&opts.Version, "version-string", opts.Version, "vendor version reported by GetPluginInfo")
+	klogFlags := flag.NewFlagSet("klog", flag.ContinueOnError)
+	klog.InitFlags(klogFlags)
+	klogFlags.VisitAll(func(f *flag.Flag) { fs.Var(f.Value, f.Name, "klog: "+f.Usage) })
+	if err := fs.Parse(args); err != nil {
+		return opts, err
+	}
+	if fs.NArg() > 0 {
+		return opts, fmt.Errorf("unexpected arguments: %v", fs.Args())
+	}
+	opts.MutableParameters = splitList(*mutable)
+	return opts, opts.Validate()
+}
+
+func splitList(s string) []string {
+	var out []string
+	for _, p := range strings.Split(s, ",") {
+		if p = strings.TrimSpace(p); p != "" {
+			out = append(out, p)
+		}
+	}
+	return out
+}

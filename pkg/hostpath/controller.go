@@ -1,0 +1,602 @@
+package hostpath
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io/fs"
+	"maps"
+	"os"
+	"slices"
+	"strings"
+
+	"github.com/container-storage-interface/spec/lib/go/csi"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/types/known/wrapperspb"
+	"k8s.io/klog/v2"
+
+	"github.com/shutter-csi/shutter/pkg/hostpath/state"
+)
+
+// defaultVolumeSize is provisioned when a request names no capacity.
+const defaultVolumeSize = 1 << 30
+
+// controllerServer implements the CSI Controller service. Volume RPCs are in
+// this file; snapshots are in snapshots.go and attach/modify in attach.go.
+type controllerServer struct {
+	csi.UnimplementedControllerServer
+	d *Driver
+}
+
+// ControllerGetCapabilities lists the controller RPCs the driver offers.
+func (s *controllerServer) ControllerGetCapabilities(context.Context, *csi.ControllerGetCapabilitiesRequest) (*csi.ControllerGetCapabilitiesResponse, error) {
+	types := []csi.ControllerServiceCapability_RPC_Type{
+		csi.ControllerServiceCapability_RPC_CREATE_DELETE_VOLUME,
+		csi.ControllerServiceCapability_RPC_LIST_VOLUMES,
+		csi.ControllerServiceCapability_RPC_GET_CAPACITY,
+		csi.ControllerServiceCapability_RPC_CREATE_DELETE_SNAPSHOT,
+		csi.ControllerServiceCapability_RPC_LIST_SNAPSHOTS,
+		csi.ControllerServiceCapability_RPC_GET_SNAPSHOT,
+		csi.ControllerServiceCapability_RPC_CLONE_VOLUME,
+		csi.ControllerServiceCapability_RPC_EXPAND_VOLUME,
+		csi.ControllerServiceCapability_RPC_GET_VOLUME,
+		csi.ControllerServiceCapability_RPC_MODIFY_VOLUME,
+		csi.ControllerServiceCapability_RPC_SINGLE_NODE_MULTI_WRITER,
+		csi.ControllerServiceCapability_RPC_GET_VOLUME_HEALTH,
+		csi.ControllerServiceCapability_RPC_LIST_VOLUME_HEALTH,
+	}
+	if s.d.opts.EnableAttach {
+		types = append(types,
+			csi.ControllerServiceCapability_RPC_PUBLISH_UNPUBLISH_VOLUME,
+			csi.ControllerServiceCapability_RPC_PUBLISH_READONLY,
+			csi.ControllerServiceCapability_RPC_LIST_VOLUMES_PUBLISHED_NODES)
+	}
+	caps := make([]*csi.ControllerServiceCapability, 0, len(types))
+	for _, t := range types {
+		caps = append(caps, &csi.ControllerServiceCapability{Type: &csi.ControllerServiceCapability_Rpc{
+			Rpc: &csi.ControllerServiceCapability_RPC{Type: t},
+		}})
+	}
+	return &csi.ControllerGetCapabilitiesResponse{Capabilities: caps}, nil
+}
+
+// volumeSpec is a validated CreateVolume request.
+type volumeSpec struct {
+	id, name     string
+	size, limit  int64
+	accessType   state.AccessType
+	singleWriter bool
+	sourceSnap   string
+	sourceVol    string
+}
+
+// CreateVolume provisions a volume, empty or from a snapshot or volume. It
+// is idempotent by name: the ID is derived from the name.
+func (s *controllerServer) CreateVolume(ctx context.Context, req *csi.CreateVolumeRequest) (*csi.CreateVolumeResponse, error) {
+	spec, err := s.parseCreateVolume(req)
+	if err != nil {
+		return nil, err
+	}
+	keys := []string{volumeKey(spec.id)}
+	if spec.sourceSnap != "" {
+		keys = append(keys, snapshotKey(spec.sourceSnap))
+	}
+	if spec.sourceVol != "" {
+		keys = append(keys, volumeKey(spec.sourceVol))
+	}
+	release, err := s.d.locks.acquire(keys...)
+	if err != nil {
+		return nil, err
+	}
+	defer release()
+	if v, ok := s.d.volumes.Get(spec.id); ok {
+		if err := compatibleVolume(v, spec); err != nil {
+			return nil, err
+		}
+		return &csi.CreateVolumeResponse{Volume: s.d.csiVolume(v)}, nil
+	}
+	source, err := s.d.volumeSource(spec)
+	if err != nil {
+		return nil, err
+	}
+	unreserve, err := s.d.reserve(volumeKey(spec.id), spec.size, "")
+	if err != nil {
+		return nil, err
+	}
+	defer unreserve()
+	if err := s.d.buildVolume(spec.id, spec.accessType, spec.size, source); err != nil {
+		return nil, err
+	}
+	v := state.Volume{
+		ID: spec.id, Name: spec.name, CapacityBytes: spec.size, AccessType: spec.accessType,
+		Topology: s.d.topology(), SourceSnapshotID: spec.sourceSnap, SourceVolumeID: spec.sourceVol,
+		Parameters: req.GetParameters(), MutableParameters: req.GetMutableParameters(),
+		SingleWriter: spec.singleWriter, CreatedAt: s.d.now().UTC(),
+	}
+	if err := s.d.volumes.Put(v.ID, v); err != nil {
+		_ = removeData(s.d.volumePath(v.ID))
+		return nil, status.Errorf(codes.Internal, "record volume: %v", err)
+	}
+	klog.FromContext(ctx).V(2).Info("Created volume", "volumeID", v.ID, "bytes", v.CapacityBytes, "accessType", v.AccessType)
+	return &csi.CreateVolumeResponse{Volume: s.d.csiVolume(v)}, nil
+}
+
+// parseCreateVolume validates a CreateVolume request without touching disk.
+func (s *controllerServer) parseCreateVolume(req *csi.CreateVolumeRequest) (volumeSpec, error) {
+	if err := checkName(req.GetName()); err != nil {
+		return volumeSpec{}, err
+	}
+	accessType, singleWriter, err := checkCapabilities(req.GetVolumeCapabilities())
+	if err != nil {
+		return volumeSpec{}, err
+	}
+	if err := s.d.checkMutableParameters(req.GetMutableParameters()); err != nil {
+		return volumeSpec{}, err
+	}
+	if err := s.d.checkAccessibility(req.GetAccessibilityRequirements()); err != nil {
+		return volumeSpec{}, err
+	}
+	spec := volumeSpec{
+		id: deriveID(volumePrefix, req.GetName()), name: req.GetName(),
+		accessType: accessType, singleWriter: singleWriter,
+		sourceSnap: req.GetVolumeContentSource().GetSnapshot().GetSnapshotId(),
+		sourceVol:  req.GetVolumeContentSource().GetVolume().GetVolumeId(),
+	}
+	if src := req.GetVolumeContentSource(); src != nil {
+		if err := checkContentSource(src); err != nil {
+			return volumeSpec{}, err
+		}
+	}
+	spec.size, spec.limit, err = s.d.volumeSize(req.GetCapacityRange())
+	return spec, err
+}
+
+// checkContentSource validates the ID in a volume content source.
+func checkContentSource(src *csi.VolumeContentSource) error {
+	switch {
+	case src.GetSnapshot() != nil:
+		return checkID("volume_content_source.snapshot.snapshot_id", src.GetSnapshot().GetSnapshotId())
+	case src.GetVolume() != nil:
+		return checkID("volume_content_source.volume.volume_id", src.GetVolume().GetVolumeId())
+	default:
+		return status.Error(codes.InvalidArgument, "volume_content_source has no snapshot or volume")
+	}
+}
+
+// volumeSize turns a capacity range into the size to provision and the limit.
+func (d *Driver) volumeSize(r *csi.CapacityRange) (size, limit int64, err error) {
+	required, limit := r.GetRequiredBytes(), r.GetLimitBytes()
+	if required < 0 || limit < 0 {
+		return 0, 0, status.Error(codes.InvalidArgument, "capacity_range must not be negative")
+	}
+	if limit > 0 && required > limit {
+		return 0, 0, status.Errorf(codes.InvalidArgument, "required_bytes %d exceeds limit_bytes %d", required, limit)
+	}
+	size = required
+	if size == 0 {
+		size = defaultVolumeSize
+		if limit > 0 {
+			size = min(size, limit)
+		}
+	}
+	if size > d.opts.MaxVolumeSize {
+		return 0, 0, status.Errorf(codes.OutOfRange, "%d bytes requested, the largest volume is %d bytes", size, d.opts.MaxVolumeSize)
+	}
+	return size, limit, nil
+}
+
+// checkCapabilities validates volume capabilities: at least one, each with
+// an access type and a single-node access mode, all of the same access type.
+func checkCapabilities(caps []*csi.VolumeCapability) (state.AccessType, bool, error) {
+	if len(caps) == 0 {
+		return "", false, status.Error(codes.InvalidArgument, "volume_capabilities are required")
+	}
+	var accessType state.AccessType
+	singleWriter := false
+	for _, c := range caps {
+		t, err := capabilityAccessType(c)
+		if err != nil {
+			return "", false, err
+		}
+		if accessType != "" && t != accessType {
+			return "", false, status.Error(codes.InvalidArgument, "volume_capabilities mix block and mount access")
+		}
+		accessType = t
+		if c.GetAccessMode().GetMode() == csi.VolumeCapability_AccessMode_SINGLE_NODE_SINGLE_WRITER {
+			singleWriter = true
+		}
+	}
+	return accessType, singleWriter, nil
+}
+
+// capabilityAccessType checks one capability and returns its access type.
+func capabilityAccessType(c *csi.VolumeCapability) (state.AccessType, error) {
+	switch c.GetAccessMode().GetMode() {
+	case csi.VolumeCapability_AccessMode_SINGLE_NODE_WRITER,
+		csi.VolumeCapability_AccessMode_SINGLE_NODE_READER_ONLY,
+		csi.VolumeCapability_AccessMode_SINGLE_NODE_SINGLE_WRITER,
+		csi.VolumeCapability_AccessMode_SINGLE_NODE_MULTI_WRITER:
+	case csi.VolumeCapability_AccessMode_UNKNOWN:
+		return "", status.Error(codes.InvalidArgument, "volume capability has no access mode")
+	default:
+		return "", status.Errorf(codes.InvalidArgument, "access mode %s is not supported: volumes live on one node", c.GetAccessMode().GetMode())
+	}
+	switch {
+	case c.GetBlock() != nil:
+		return state.AccessBlock, nil
+	case c.GetMount() != nil:
+		return state.AccessMount, nil
+	default:
+		return "", status.Error(codes.InvalidArgument, "volume capability has no access type")
+	}
+}
+
+// checkMutableParameters rejects keys not in Options.MutableParameters.
+func (d *Driver) checkMutableParameters(params map[string]string) error {
+	for k := range params {
+		if !slices.Contains(d.opts.MutableParameters, k) {
+			return status.Errorf(codes.InvalidArgument, "mutable parameter %q is not supported (accepted: %v)", k, d.opts.MutableParameters)
+		}
+	}
+	return nil
+}
+
+// checkAccessibility fails with ResourceExhausted when the requisite
+// topologies exclude this node.
+func (d *Driver) checkAccessibility(req *csi.TopologyRequirement) error {
+	if !d.opts.EnableTopology || len(req.GetRequisite()) == 0 {
+		return nil
+	}
+	for _, t := range req.GetRequisite() {
+		if maps.Equal(t.GetSegments(), d.topology()) {
+			return nil
+		}
+	}
+	return status.Error(codes.ResourceExhausted, "no requisite topology includes this node")
+}
+
+// compatibleVolume decides whether an existing volume satisfies a repeated
+// CreateVolume with the same name.
+func compatibleVolume(v state.Volume, spec volumeSpec) error {
+	sizeOK := v.CapacityBytes >= spec.size && (spec.limit == 0 || v.CapacityBytes <= spec.limit)
+	if !sizeOK || v.AccessType != spec.accessType || v.SourceSnapshotID != spec.sourceSnap || v.SourceVolumeID != spec.sourceVol {
+		return status.Errorf(codes.AlreadyExists, "volume %q exists with different size, access type or source", spec.name)
+	}
+	return nil
+}
+
+// volumeSource resolves a content source to the data path to copy and
+// grows spec.size to the source's size when that is allowed.
+func (d *Driver) volumeSource(spec volumeSpec) (string, error) {
+	var path string
+	var size int64
+	var accessType state.AccessType
+	switch {
+	case spec.sourceSnap != "":
+		snap, ok := d.snapshots.Get(spec.sourceSnap)
+		if !ok {
+			return "", status.Errorf(codes.NotFound, "snapshot %s not found", spec.sourceSnap)
+		}
+		path, size, accessType = d.snapshotPath(snap.ID), snap.SizeBytes, snap.AccessType
+	case spec.sourceVol != "":
+		src, ok := d.volumes.Get(spec.sourceVol)
+		if !ok {
+			return "", status.Errorf(codes.NotFound, "volume %s not found", spec.sourceVol)
+		}
+		path, size, accessType = d.volumePath(src.ID), src.CapacityBytes, src.AccessType
+	default:
+		return "", nil
+	}
+	if accessType != spec.accessType {
+		return "", status.Errorf(codes.InvalidArgument, "source is a %s volume, the request asks for %s", accessType, spec.accessType)
+	}
+	if size > spec.size {
+		return "", status.Errorf(codes.OutOfRange, "source holds %d bytes, more than the %d requested", size, spec.size)
+	}
+	return path, nil
+}
+
+// buildVolume creates a volume's data under a temporary name, from source
+// when given, and renames it into place.
+func (d *Driver) buildVolume(id string, accessType state.AccessType, size int64, source string) error {
+	final := d.volumePath(id)
+	tmp := tempPath(final)
+	if err := os.RemoveAll(tmp); err != nil {
+		return status.Errorf(codes.Internal, "clear temp data: %v", err)
+	}
+	if err := d.writeVolumeData(tmp, accessType, size, source); err != nil {
+		_ = os.RemoveAll(tmp)
+		return status.Errorf(codes.Internal, "create volume data: %v", err)
+	}
+	return d.installData(tmp, final)
+}
+
+func (d *Driver) writeVolumeData(path string, accessType state.AccessType, size int64, source string) error {
+	if source != "" {
+		if err := d.copier.copyPath(path, source); err != nil {
+			return err
+		}
+		if accessType == state.AccessBlock {
+			return resizeFile(path, size, d.opts.Sync)
+		}
+		return nil
+	}
+	if accessType == state.AccessMount {
+		if err := os.Mkdir(path, 0o750); err != nil {
+			return err
+		}
+		// Pods of any user must be able to write their volume.
+		return os.Chmod(path, 0o777)
+	}
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o660)
+	if err != nil {
+		return err
+	}
+	if err := f.Close(); err != nil {
+		return err
+	}
+	return resizeFile(path, size, d.opts.Sync)
+}
+
+// resizeFile sets a block volume's size, leaving new space as a hole.
+func resizeFile(path string, size int64, sync bool) error {
+	f, err := os.OpenFile(path, os.O_WRONLY, 0)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	if err := f.Truncate(size); err != nil {
+		return err
+	}
+	if sync {
+		return f.Sync()
+	}
+	return nil
+}
+
+// DeleteVolume removes a volume; an unknown ID is success. A volume still
+// attached or published is refused with FailedPrecondition.
+func (s *controllerServer) DeleteVolume(ctx context.Context, req *csi.DeleteVolumeRequest) (*csi.DeleteVolumeResponse, error) {
+	id := req.GetVolumeId()
+	if err := checkID("volume_id", id); err != nil {
+		return nil, err
+	}
+	release, err := s.d.locks.acquire(volumeKey(id))
+	if err != nil {
+		return nil, err
+	}
+	defer release()
+	v, ok := s.d.volumes.Get(id)
+	if !ok {
+		return &csi.DeleteVolumeResponse{}, nil
+	}
+	if len(v.Attachments) > 0 || len(v.Published) > 0 || v.Staged != "" {
+		return nil, status.Errorf(codes.FailedPrecondition, "volume %s is still attached, staged or published", id)
+	}
+	if err := s.d.volumes.Delete(id); err != nil {
+		return nil, status.Errorf(codes.Internal, "delete volume record: %v", err)
+	}
+	if err := removeData(s.d.volumePath(id)); err != nil {
+		return nil, err
+	}
+	klog.FromContext(ctx).V(2).Info("Deleted volume", "volumeID", id)
+	return &csi.DeleteVolumeResponse{}, nil
+}
+
+// lookupVolume validates id and returns its record or NotFound.
+func (d *Driver) lookupVolume(field, id string) (state.Volume, error) {
+	if err := checkID(field, id); err != nil {
+		return state.Volume{}, err
+	}
+	v, ok := d.volumes.Get(id)
+	if !ok {
+		return state.Volume{}, status.Errorf(codes.NotFound, "volume %s not found", id)
+	}
+	return v, nil
+}
+
+// ValidateVolumeCapabilities confirms capabilities that match the volume's
+// access type and are single-node.
+func (s *controllerServer) ValidateVolumeCapabilities(_ context.Context, req *csi.ValidateVolumeCapabilitiesRequest) (*csi.ValidateVolumeCapabilitiesResponse, error) {
+	if err := checkID("volume_id", req.GetVolumeId()); err != nil {
+		return nil, err
+	}
+	if len(req.GetVolumeCapabilities()) == 0 {
+		return nil, status.Error(codes.InvalidArgument, "volume_capabilities are required")
+	}
+	v, err := s.d.lookupVolume("volume_id", req.GetVolumeId())
+	if err != nil {
+		return nil, err
+	}
+	for _, c := range req.GetVolumeCapabilities() {
+		t, err := capabilityAccessType(c)
+		if err != nil || t != v.AccessType {
+			return &csi.ValidateVolumeCapabilitiesResponse{Message: fmt.Sprintf("capability %v is not supported by this %s volume", c, v.AccessType)}, nil
+		}
+	}
+	return &csi.ValidateVolumeCapabilitiesResponse{Confirmed: &csi.ValidateVolumeCapabilitiesResponse_Confirmed{
+		VolumeContext:      req.GetVolumeContext(),
+		VolumeCapabilities: req.GetVolumeCapabilities(),
+		Parameters:         req.GetParameters(),
+		MutableParameters:  req.GetMutableParameters(),
+	}}, nil
+}
+
+// ListVolumes pages through volumes in ID order; see page for the token.
+func (s *controllerServer) ListVolumes(_ context.Context, req *csi.ListVolumesRequest) (*csi.ListVolumesResponse, error) {
+	vols, next, err := page(s.d.volumes.List(), func(v state.Volume) string { return v.ID }, req.GetStartingToken(), req.GetMaxEntries())
+	if err != nil {
+		return nil, err
+	}
+	resp := &csi.ListVolumesResponse{NextToken: next}
+	for _, v := range vols {
+		resp.Entries = append(resp.Entries, &csi.ListVolumesResponse_Entry{
+			Volume: s.d.csiVolume(v),
+			Status: &csi.ListVolumesResponse_VolumeStatus{PublishedNodeIds: slices.Sorted(maps.Keys(v.Attachments))},
+		})
+	}
+	return resp, nil
+}
+
+// tokenPrefix starts every paging token; the rest is the ID of the first
+// entry of the next page. Entries deleted between pages do not invalidate a
+// token: the listing resumes at the next ID in order.
+const tokenPrefix = "next:"
+
+// page returns the entries at or after token, at most max of them (0 = all),
+// and the token of the next page. A token not made by page is Aborted.
+func page[T any](all []T, id func(T) string, token string, maxEntries int32) ([]T, string, error) {
+	if maxEntries < 0 {
+		return nil, "", status.Error(codes.InvalidArgument, "max_entries must not be negative")
+	}
+	start := 0
+	if token != "" {
+		var ok bool
+		token, ok = strings.CutPrefix(token, tokenPrefix)
+		if !ok || checkID("starting_token", token) != nil {
+			return nil, "", status.Errorf(codes.Aborted, "starting_token %q is not valid", token)
+		}
+		start, _ = slices.BinarySearchFunc(all, token, func(e T, t string) int {
+			switch {
+			case id(e) < t:
+				return -1
+			case id(e) > t:
+				return 1
+			}
+			return 0
+		})
+	}
+	rest := all[start:]
+	if maxEntries == 0 || int(maxEntries) >= len(rest) {
+		return rest, "", nil
+	}
+	return rest[:maxEntries], tokenPrefix + id(rest[maxEntries]), nil
+}
+
+// GetCapacity reports unprovisioned bytes, or 0 for another node's topology.
+func (s *controllerServer) GetCapacity(_ context.Context, req *csi.GetCapacityRequest) (*csi.GetCapacityResponse, error) {
+	if t := req.GetAccessibleTopology(); s.d.opts.EnableTopology && t != nil && !maps.Equal(t.GetSegments(), s.d.topology()) {
+		return &csi.GetCapacityResponse{}, nil
+	}
+	free := s.d.freeCapacity()
+	return &csi.GetCapacityResponse{
+		AvailableCapacity: free,
+		MaximumVolumeSize: wrapperspb.Int64(min(free, s.d.opts.MaxVolumeSize)),
+	}, nil
+}
+
+// ControllerExpandVolume grows a volume; block volumes get a larger file.
+func (s *controllerServer) ControllerExpandVolume(ctx context.Context, req *csi.ControllerExpandVolumeRequest) (*csi.ControllerExpandVolumeResponse, error) {
+	id := req.GetVolumeId()
+	if err := checkID("volume_id", id); err != nil {
+		return nil, err
+	}
+	if req.GetCapacityRange() == nil {
+		return nil, status.Error(codes.InvalidArgument, "capacity_range is required")
+	}
+	size, _, err := s.d.volumeSize(req.GetCapacityRange())
+	if err != nil {
+		return nil, err
+	}
+	release, err := s.d.locks.acquire(volumeKey(id))
+	if err != nil {
+		return nil, err
+	}
+	defer release()
+	v, err := s.d.lookupVolume("volume_id", id)
+	if err != nil {
+		return nil, err
+	}
+	if size <= v.CapacityBytes {
+		return &csi.ControllerExpandVolumeResponse{CapacityBytes: v.CapacityBytes}, nil
+	}
+	unreserve, err := s.d.reserve(volumeKey(id), size, id)
+	if err != nil {
+		return nil, err
+	}
+	defer unreserve()
+	if v.AccessType == state.AccessBlock {
+		if err := resizeFile(s.d.volumePath(id), size, s.d.opts.Sync); err != nil {
+			return nil, status.Errorf(codes.Internal, "grow volume: %v", err)
+		}
+	}
+	v.CapacityBytes = size
+	if err := s.d.volumes.Put(id, v); err != nil {
+		return nil, status.Errorf(codes.Internal, "record volume: %v", err)
+	}
+	klog.FromContext(ctx).V(2).Info("Expanded volume", "volumeID", id, "bytes", size)
+	return &csi.ControllerExpandVolumeResponse{CapacityBytes: size}, nil
+}
+
+// ControllerGetVolume returns a volume and the nodes it is attached to.
+func (s *controllerServer) ControllerGetVolume(_ context.Context, req *csi.ControllerGetVolumeRequest) (*csi.ControllerGetVolumeResponse, error) {
+	v, err := s.d.lookupVolume("volume_id", req.GetVolumeId())
+	if err != nil {
+		return nil, err
+	}
+	return &csi.ControllerGetVolumeResponse{
+		Volume: s.d.csiVolume(v),
+		Status: &csi.ControllerGetVolumeResponse_VolumeStatus{PublishedNodeIds: slices.Sorted(maps.Keys(v.Attachments))},
+	}, nil
+}
+
+// ControllerGetVolumeHealth reports a volume whose data is missing as
+// inaccessible and any other volume as healthy.
+func (s *controllerServer) ControllerGetVolumeHealth(_ context.Context, req *csi.ControllerGetVolumeHealthRequest) (*csi.ControllerGetVolumeHealthResponse, error) {
+	v, err := s.d.lookupVolume("volume_id", req.GetVolumeId())
+	if err != nil {
+		return nil, err
+	}
+	return &csi.ControllerGetVolumeHealthResponse{VolumeHealth: s.d.volumeHealth(v.ID)}, nil
+}
+
+// ControllerListVolumeHealth lists volumes with a known health problem.
+func (s *controllerServer) ControllerListVolumeHealth(_ context.Context, req *csi.ControllerListVolumeHealthRequest) (*csi.ControllerListVolumeHealthResponse, error) {
+	var sick []string
+	for _, id := range s.d.volumes.IDs() {
+		if len(s.d.volumeHealth(id).GetHealthStatuses()) > 0 {
+			sick = append(sick, id)
+		}
+	}
+	ids, next, err := page(sick, func(id string) string { return id }, req.GetStartingToken(), req.GetMaxEntries())
+	if err != nil {
+		return nil, err
+	}
+	resp := &csi.ControllerListVolumeHealthResponse{NextToken: next}
+	for _, id := range ids {
+		resp.Entries = append(resp.Entries, s.d.volumeHealth(id))
+	}
+	return resp, nil
+}
+
+// volumeHealth checks that a volume's data is still there.
+func (d *Driver) volumeHealth(id string) *csi.VolumeHealth {
+	h := &csi.VolumeHealth{VolumeId: id}
+	if _, err := os.Lstat(d.volumePath(id)); errors.Is(err, fs.ErrNotExist) {
+		h.HealthStatuses = []*csi.VolumeHealth_VolumeHealthEntry{{
+			Status: csi.VolumeHealthErrorType_INACCESSIBLE, Reason: "DataMissing",
+			Message: "the volume's data is missing from the data directory",
+		}}
+	}
+	return h
+}
+
+// csiVolume converts a record to its CSI form.
+func (d *Driver) csiVolume(v state.Volume) *csi.Volume {
+	out := &csi.Volume{VolumeId: v.ID, CapacityBytes: v.CapacityBytes}
+	if v.Topology != nil {
+		out.AccessibleTopology = []*csi.Topology{{Segments: v.Topology}}
+	}
+	switch {
+	case v.SourceSnapshotID != "":
+		out.ContentSource = &csi.VolumeContentSource{Type: &csi.VolumeContentSource_Snapshot{
+			Snapshot: &csi.VolumeContentSource_SnapshotSource{SnapshotId: v.SourceSnapshotID},
+		}}
+	case v.SourceVolumeID != "":
+		out.ContentSource = &csi.VolumeContentSource{Type: &csi.VolumeContentSource_Volume{
+			Volume: &csi.VolumeContentSource_VolumeSource{VolumeId: v.SourceVolumeID},
+		}}
+	}
+	return out
+}

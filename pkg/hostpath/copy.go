@@ -1,0 +1,216 @@
+package hostpath
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"path/filepath"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/shutter-csi/shutter/pkg/hostpath/state"
+)
+
+// copyChunk is the unit in which data ranges are scanned for zeros and
+// copied. Zero chunks become holes in the copy.
+const copyChunk = 4 << 20
+
+// copier makes point-in-time copies of volume data, in-process: a reflink
+// (FICLONE) where the filesystem shares blocks, otherwise a sparse-aware copy
+// that skips holes and all-zero chunks and moves data with copy_file_range.
+type copier struct {
+	// sync makes copies durable (fsync) before they are reported done.
+	sync bool
+	// noReflink disables FICLONE, for tests of the fallback path.
+	noReflink bool
+}
+
+// copyPath copies src to dst; src is a regular file (block volume) or a
+// directory tree (mount volume). dst must not exist.
+func (c copier) copyPath(dst, src string) error {
+	info, err := os.Lstat(src)
+	if err != nil {
+		return fmt.Errorf("stat copy source: %w", err)
+	}
+	if info.IsDir() {
+		return c.copyTree(dst, src)
+	}
+	return c.copyFile(dst, src, info.Mode().Perm())
+}
+
+// copyTree copies a directory tree: directories, regular files, symlinks.
+// Other file types (devices, sockets, fifos) are skipped. With sync, every
+// new directory is flushed too.
+func (c copier) copyTree(dst, src string) error {
+	var dirs []string
+	err := filepath.WalkDir(src, func(path string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		rel, err := filepath.Rel(src, path)
+		if err != nil {
+			return err
+		}
+		target := filepath.Join(dst, rel)
+		info, err := d.Info()
+		if err != nil {
+			return err
+		}
+		switch {
+		case d.IsDir():
+			dirs = append(dirs, target)
+			return os.Mkdir(target, info.Mode().Perm())
+		case d.Type()&fs.ModeSymlink != 0:
+			link, err := os.Readlink(path)
+			if err != nil {
+				return err
+			}
+			return os.Symlink(link, target)
+		case d.Type().IsRegular():
+			return c.copyFile(target, path, info.Mode().Perm())
+		default:
+			return nil
+		}
+	})
+	if err != nil || !c.sync {
+		return err
+	}
+	for _, d := range dirs {
+		if err := state.SyncDir(d); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// copyFile copies one regular file, keeping its size and holes.
+func (c copier) copyFile(dst, src string, perm fs.FileMode) (err error) {
+	in, err := os.Open(src)
+	if err != nil {
+		return fmt.Errorf("open copy source: %w", err)
+	}
+	defer in.Close()
+	out, err := os.OpenFile(dst, os.O_WRONLY|os.O_CREATE|os.O_EXCL, perm)
+	if err != nil {
+		return fmt.Errorf("create copy target: %w", err)
+	}
+	defer func() {
+		if cerr := out.Close(); err == nil && cerr != nil {
+			err = fmt.Errorf("close copy target: %w", cerr)
+		}
+	}()
+	if !c.noReflink && unix.IoctlFileClone(int(out.Fd()), int(in.Fd())) == nil {
+		return c.finish(out)
+	}
+	size, err := in.Seek(0, io.SeekEnd)
+	if err != nil {
+		return fmt.Errorf("size copy source: %w", err)
+	}
+	if err := copySparse(out, in, size); err != nil {
+		return err
+	}
+	if err := out.Truncate(size); err != nil {
+		return fmt.Errorf("size copy target: %w", err)
+	}
+	return c.finish(out)
+}
+
+func (c copier) finish(out *os.File) error {
+	if !c.sync {
+		return nil
+	}
+	if err := out.Sync(); err != nil {
+		return fmt.Errorf("sync copy target: %w", err)
+	}
+	return nil
+}
+
+// copySparse copies the data extents of in to out at the same offsets.
+// Within an extent, all-zero chunks are skipped so that they stay holes.
+func copySparse(out, in *os.File, size int64) error {
+	buf := make([]byte, copyChunk)
+	return forEachExtent(in, 0, size, func(start, end int64) error {
+		for off := start; off < end; {
+			n := min(int64(copyChunk), end-off)
+			if _, err := in.ReadAt(buf[:n], off); err != nil && !errors.Is(err, io.EOF) {
+				return fmt.Errorf("read copy source: %w", err)
+			}
+			if isZero(buf[:n]) {
+				off += n
+				continue
+			}
+			if err := copyRange(out, in, off, n); err != nil {
+				return err
+			}
+			off += n
+		}
+		return nil
+	})
+}
+
+// copyRange moves n bytes at off from in to out with copy_file_range, which
+// stays in the kernel (and shares blocks on filesystems that can).
+func copyRange(out, in *os.File, off, n int64) error {
+	src, dst := off, off
+	for n > 0 {
+		done, err := unix.CopyFileRange(int(in.Fd()), &src, int(out.Fd()), &dst, int(n), 0)
+		if errors.Is(err, unix.EINTR) {
+			continue
+		}
+		if err != nil {
+			return fmt.Errorf("copy_file_range: %w", err)
+		}
+		if done == 0 {
+			return fmt.Errorf("copy_file_range: source ended early at %d", src)
+		}
+		n -= int64(done)
+	}
+	return nil
+}
+
+// forEachExtent calls fn for every data range [start, end) of f between from
+// and size, found with SEEK_DATA/SEEK_HOLE. Filesystems without hole
+// reporting yield one range covering everything.
+func forEachExtent(f *os.File, from, size int64, fn func(start, end int64) error) error {
+	fd := int(f.Fd())
+	for off := from; off < size; {
+		start, err := unix.Seek(fd, off, unix.SEEK_DATA)
+		if errors.Is(err, unix.ENXIO) {
+			return nil
+		}
+		if err != nil {
+			return fmt.Errorf("seek data: %w", err)
+		}
+		end, err := unix.Seek(fd, start, unix.SEEK_HOLE)
+		if err != nil {
+			return fmt.Errorf("seek hole: %w", err)
+		}
+		end = min(end, size)
+		if start >= end {
+			return nil
+		}
+		if err := fn(start, end); err != nil {
+			return err
+		}
+		off = end
+	}
+	return nil
+}
+
+// isZero reports whether b holds only zero bytes, eight at a time.
+func isZero(b []byte) bool {
+	for len(b) >= 8 {
+		if b[0]|b[1]|b[2]|b[3]|b[4]|b[5]|b[6]|b[7] != 0 {
+			return false
+		}
+		b = b[8:]
+	}
+	for _, c := range b {
+		if c != 0 {
+			return false
+		}
+	}
+	return true
+}

@@ -1,0 +1,290 @@
+// Package hostpath is Shutter's CSI driver that keeps volumes in a local
+// directory: mount volumes are directories, block volumes sparse files.
+//
+// Invariants:
+//   - Data for an object is built under a ".tmp-" name and renamed into
+//     place when complete; its state record is written only after that.
+//     A record therefore always names complete data, and Recover removes
+//     whatever a crash left without a record.
+//   - Records are deleted before their data, for the same reason.
+//   - Every ID from a request passes checkID before it is joined to a path.
+//   - An operation holds the per-ID locks of every object it reads or
+//     changes for as long as it does I/O on them; no lock is global.
+package hostpath
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io/fs"
+	"net"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/container-storage-interface/spec/lib/go/csi"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"k8s.io/klog/v2"
+
+	"github.com/shutter-csi/shutter/pkg/hostpath/state"
+)
+
+// TopologyKey is the topology segment key the driver reports with the node
+// ID as its value.
+const TopologyKey = "topology.hostpath.csi.shutter.dev/node"
+
+// Driver serves the CSI Identity, Controller, Node and GroupController
+// services (and SnapshotMetadata when enabled) for one node.
+type Driver struct {
+	opts      Options
+	volumes   *state.Table[state.Volume]
+	snapshots *state.Table[state.Snapshot]
+	groups    *state.Table[state.GroupSnapshot]
+	locks     *idLocks
+	copier    copier
+	// now is the clock; tests may replace it.
+	now func() time.Time
+
+	// capMu guards capacity accounting: reserved holds bytes promised to
+	// operations whose records are not written yet.
+	capMu    sync.Mutex
+	reserved map[string]int64
+}
+
+// Run starts the driver with opts and serves until ctx is cancelled.
+func Run(ctx context.Context, opts Options) error {
+	d, err := New(ctx, opts)
+	if err != nil {
+		return err
+	}
+	path, err := socketPath(opts.Endpoint)
+	if err != nil {
+		return err
+	}
+	if err := os.MkdirAll(filepath.Dir(path), 0o750); err != nil {
+		return fmt.Errorf("create socket dir: %w", err)
+	}
+	if err := os.Remove(path); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return fmt.Errorf("remove stale socket: %w", err)
+	}
+	lis, err := net.Listen("unix", path)
+	if err != nil {
+		return fmt.Errorf("listen on %s: %w", path, err)
+	}
+	return d.Serve(ctx, lis)
+}
+
+// New opens the data directory, recovers from any interrupted operation and
+// returns a driver ready to serve.
+func New(ctx context.Context, opts Options) (*Driver, error) {
+	if err := opts.Validate(); err != nil {
+		return nil, err
+	}
+	opts.DataDir = filepath.Clean(opts.DataDir)
+	for _, dir := range []string{volumesDir(opts.DataDir), snapshotsDir(opts.DataDir)} {
+		if err := os.MkdirAll(dir, 0o750); err != nil {
+			return nil, fmt.Errorf("create data dir: %w", err)
+		}
+	}
+	d := &Driver{
+		opts:     opts,
+		locks:    newIDLocks(),
+		copier:   copier{sync: opts.Sync},
+		now:      time.Now,
+		reserved: map[string]int64{},
+	}
+	var err error
+	stateDir := filepath.Join(opts.DataDir, "state")
+	if d.volumes, err = state.OpenTable[state.Volume](filepath.Join(stateDir, "volumes"), opts.Sync); err != nil {
+		return nil, err
+	}
+	if d.snapshots, err = state.OpenTable[state.Snapshot](filepath.Join(stateDir, "snapshots"), opts.Sync); err != nil {
+		return nil, err
+	}
+	if d.groups, err = state.OpenTable[state.GroupSnapshot](filepath.Join(stateDir, "groups"), opts.Sync); err != nil {
+		return nil, err
+	}
+	if err := d.recover(ctx); err != nil {
+		return nil, fmt.Errorf("recover state: %w", err)
+	}
+	return d, nil
+}
+
+// Serve registers the CSI services on a gRPC server, serves lis until ctx is
+// cancelled and then stops gracefully.
+func (d *Driver) Serve(ctx context.Context, lis net.Listener) error {
+	logger := klog.FromContext(ctx)
+	srv := grpc.NewServer(
+		grpc.ChainUnaryInterceptor(logUnary(logger)),
+		grpc.ChainStreamInterceptor(logStream(logger)),
+	)
+	csi.RegisterIdentityServer(srv, &identityServer{d: d})
+	csi.RegisterControllerServer(srv, &controllerServer{d: d})
+	csi.RegisterNodeServer(srv, &nodeServer{d: d})
+	csi.RegisterGroupControllerServer(srv, &groupControllerServer{d: d})
+	if d.opts.EnableSnapshotMetadata {
+		csi.RegisterSnapshotMetadataServer(srv, &snapshotMetadataServer{d: d})
+	}
+	errCh := make(chan error, 1)
+	go func() { errCh <- srv.Serve(lis) }()
+	logger.Info("Serving CSI", "endpoint", lis.Addr().String(), "driver", d.opts.DriverName, "node", d.opts.NodeID)
+	select {
+	case err := <-errCh:
+		return err
+	case <-ctx.Done():
+	}
+	stopped := make(chan struct{})
+	go func() { srv.GracefulStop(); close(stopped) }()
+	select {
+	case <-stopped:
+	case <-time.After(10 * time.Second):
+		srv.Stop()
+	}
+	logger.Info("Stopped serving CSI")
+	return nil
+}
+
+func volumesDir(dataDir string) string   { return filepath.Join(dataDir, "volumes") }
+func snapshotsDir(dataDir string) string { return filepath.Join(dataDir, "snapshots") }
+
+// volumePath is where a volume's data lives. id must have passed checkID.
+func (d *Driver) volumePath(id string) string { return filepath.Join(volumesDir(d.opts.DataDir), id) }
+
+// snapshotPath is where a snapshot's data lives. id must have passed checkID.
+func (d *Driver) snapshotPath(id string) string {
+	return filepath.Join(snapshotsDir(d.opts.DataDir), id)
+}
+
+// tempPath is the name data is built under before it is renamed to final.
+func tempPath(final string) string {
+	return filepath.Join(filepath.Dir(final), tempPrefix+filepath.Base(final))
+}
+
+const tempPrefix = ".tmp-"
+
+// recover finishes or undoes what a crash interrupted: it removes data under
+// temporary names and data without a record, drops snapshot records whose
+// data is gone, and removes member snapshots of group snapshots whose group
+// record was never written.
+func (d *Driver) recover(ctx context.Context) error {
+	logger := klog.FromContext(ctx)
+	groupless := map[string]bool{}
+	for _, s := range d.snapshots.List() {
+		if s.GroupSnapshotID == "" {
+			continue
+		}
+		if _, ok := d.groups.Get(s.GroupSnapshotID); !ok {
+			groupless[s.ID] = true
+		}
+	}
+	for _, s := range d.snapshots.List() {
+		_, err := os.Lstat(d.snapshotPath(s.ID))
+		if groupless[s.ID] || errors.Is(err, fs.ErrNotExist) {
+			logger.Info("Removing incomplete snapshot", "snapshotID", s.ID)
+			if err := d.snapshots.Delete(s.ID); err != nil {
+				return err
+			}
+		}
+	}
+	if err := removeOrphans(logger, snapshotsDir(d.opts.DataDir), d.snapshots.Get); err != nil {
+		return err
+	}
+	for _, v := range d.volumes.List() {
+		if _, err := os.Lstat(d.volumePath(v.ID)); err != nil {
+			logger.Error(err, "Volume data is missing", "volumeID", v.ID)
+		}
+	}
+	return removeOrphans(logger, volumesDir(d.opts.DataDir), d.volumes.Get)
+}
+
+// removeOrphans deletes entries of dir that are temporary or have no record.
+func removeOrphans[T any](logger klog.Logger, dir string, get func(string) (T, bool)) error {
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		return fmt.Errorf("read data dir: %w", err)
+	}
+	for _, e := range entries {
+		name := e.Name()
+		if _, ok := get(name); ok && !strings.HasPrefix(name, tempPrefix) {
+			continue
+		}
+		logger.Info("Removing data left by an interrupted operation", "path", filepath.Join(dir, name))
+		if err := removeData(filepath.Join(dir, name)); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// removeData removes a volume's or snapshot's data, file or tree.
+func removeData(path string) error {
+	if err := os.RemoveAll(path); err != nil {
+		return status.Errorf(codes.Internal, "remove %s: %v", filepath.Base(path), err)
+	}
+	return nil
+}
+
+// reserve promises bytes of capacity to key until the returned release is
+// called, failing with ResourceExhausted when the pool is exhausted. except
+// names a volume whose recorded size the reservation replaces.
+func (d *Driver) reserve(key string, bytes int64, except string) (func(), error) {
+	d.capMu.Lock()
+	defer d.capMu.Unlock()
+	used := int64(0)
+	for _, v := range d.volumes.List() {
+		if v.ID != except {
+			used += v.CapacityBytes
+		}
+	}
+	for _, r := range d.reserved {
+		used += r
+	}
+	if used+bytes > d.opts.Capacity {
+		return nil, status.Errorf(codes.ResourceExhausted, "%d bytes requested, %d of %d bytes free", bytes, d.opts.Capacity-used, d.opts.Capacity)
+	}
+	d.reserved[key] = bytes
+	return func() {
+		d.capMu.Lock()
+		delete(d.reserved, key)
+		d.capMu.Unlock()
+	}, nil
+}
+
+// freeCapacity is the number of bytes not provisioned yet.
+func (d *Driver) freeCapacity() int64 {
+	d.capMu.Lock()
+	defer d.capMu.Unlock()
+	used := int64(0)
+	for _, v := range d.volumes.List() {
+		used += v.CapacityBytes
+	}
+	for _, r := range d.reserved {
+		used += r
+	}
+	return max(d.opts.Capacity-used, 0)
+}
+
+// topology is the node's topology segment, or nil without topology.
+func (d *Driver) topology() map[string]string {
+	if !d.opts.EnableTopology {
+		return nil
+	}
+	return map[string]string{TopologyKey: d.opts.NodeID}
+}
+
+// installData renames data built at tmp to final and flushes the directory.
+func (d *Driver) installData(tmp, final string) error {
+	if err := os.Rename(tmp, final); err != nil {
+		return status.Errorf(codes.Internal, "install data: %v", err)
+	}
+	if d.opts.Sync {
+		if err := state.SyncDir(filepath.Dir(final)); err != nil {
+			return status.Errorf(codes.Internal, "%v", err)
+		}
+	}
+	return nil
+}

@@ -1,0 +1,214 @@
+package hostpath
+
+import (
+	"context"
+	"slices"
+	"sync"
+
+	"github.com/container-storage-interface/spec/lib/go/csi"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/types/known/timestamppb"
+	"k8s.io/klog/v2"
+
+	"github.com/shutter-csi/shutter/pkg/hostpath/state"
+)
+
+// groupControllerServer implements the CSI GroupController service.
+//
+// A group snapshot is cut while the driver holds the locks of every member
+// volume, all members are copied concurrently and share one creation time.
+// Its member records are written first and the group record last; Recover
+// removes members whose group record is missing, so a crash never leaves a
+// half-made group.
+type groupControllerServer struct {
+	csi.UnimplementedGroupControllerServer
+	d *Driver
+}
+
+// GroupControllerGetCapabilities reports group snapshot support.
+func (s *groupControllerServer) GroupControllerGetCapabilities(context.Context, *csi.GroupControllerGetCapabilitiesRequest) (*csi.GroupControllerGetCapabilitiesResponse, error) {
+	return &csi.GroupControllerGetCapabilitiesResponse{Capabilities: []*csi.GroupControllerServiceCapability{{
+		Type: &csi.GroupControllerServiceCapability_Rpc{Rpc: &csi.GroupControllerServiceCapability_RPC{
+			Type: csi.GroupControllerServiceCapability_RPC_CREATE_DELETE_GET_VOLUME_GROUP_SNAPSHOT,
+		}},
+	}}}, nil
+}
+
+// CreateVolumeGroupSnapshot snapshots several volumes at one point in time.
+// It is idempotent by name; the same name with other volumes is
+// AlreadyExists.
+func (s *groupControllerServer) CreateVolumeGroupSnapshot(ctx context.Context, req *csi.CreateVolumeGroupSnapshotRequest) (*csi.CreateVolumeGroupSnapshotResponse, error) {
+	if err := checkName(req.GetName()); err != nil {
+		return nil, err
+	}
+	sources, err := checkGroupSources(req.GetSourceVolumeIds())
+	if err != nil {
+		return nil, err
+	}
+	gid := deriveID(groupPrefix, req.GetName())
+	keys := []string{groupKey(gid)}
+	for _, v := range sources {
+		keys = append(keys, volumeKey(v), snapshotKey(memberID(gid, v)))
+	}
+	release, err := s.d.locks.acquire(keys...)
+	if err != nil {
+		return nil, err
+	}
+	defer release()
+	if g, ok := s.d.groups.Get(gid); ok {
+		if !slices.Equal(g.SourceVolumeIDs, sources) {
+			return nil, status.Errorf(codes.AlreadyExists, "group snapshot %q exists for other volumes", req.GetName())
+		}
+		return &csi.CreateVolumeGroupSnapshotResponse{GroupSnapshot: s.d.csiGroup(g)}, nil
+	}
+	g, err := s.d.cutGroup(gid, req.GetName(), sources)
+	if err != nil {
+		return nil, err
+	}
+	klog.FromContext(ctx).V(2).Info("Created group snapshot", "groupSnapshotID", gid, "volumes", sources)
+	return &csi.CreateVolumeGroupSnapshotResponse{GroupSnapshot: s.d.csiGroup(g)}, nil
+}
+
+// checkGroupSources validates and sorts the source volume IDs.
+func checkGroupSources(ids []string) ([]string, error) {
+	if len(ids) == 0 {
+		return nil, status.Error(codes.InvalidArgument, "source_volume_ids are required")
+	}
+	for _, id := range ids {
+		if err := checkID("source_volume_ids", id); err != nil {
+			return nil, err
+		}
+	}
+	sorted := slices.Sorted(slices.Values(ids))
+	if len(slices.Compact(slices.Clone(sorted))) != len(sorted) {
+		return nil, status.Error(codes.InvalidArgument, "source_volume_ids contain a duplicate")
+	}
+	return sorted, nil
+}
+
+// memberID is the ID of the snapshot of volume vol inside group gid.
+func memberID(gid, vol string) string { return deriveID(snapshotPrefix, "group member", gid, vol) }
+
+// cutGroup copies every member volume concurrently, then writes the member
+// records and finally the group record. On failure nothing is left behind.
+func (d *Driver) cutGroup(gid, name string, sources []string) (state.GroupSnapshot, error) {
+	created := d.now().UTC()
+	members := make([]state.Snapshot, 0, len(sources))
+	for _, v := range sources {
+		vol, err := d.lookupVolume("source_volume_ids", v)
+		if err != nil {
+			return state.GroupSnapshot{}, err
+		}
+		members = append(members, state.Snapshot{
+			ID: memberID(gid, v), Name: name + "/" + v, SourceVolumeID: v, AccessType: vol.AccessType,
+			SizeBytes: vol.CapacityBytes, GroupSnapshotID: gid, Topology: vol.Topology, CreatedAt: created,
+		})
+	}
+	errs := make([]error, len(members))
+	var wg sync.WaitGroup
+	for i, m := range members {
+		wg.Go(func() { errs[i] = d.cutSnapshot(m) })
+	}
+	wg.Wait()
+	g := state.GroupSnapshot{ID: gid, Name: name, SourceVolumeIDs: sources, CreatedAt: created}
+	err := firstError(errs)
+	for i := 0; err == nil && i < len(members); i++ {
+		err = d.snapshots.Put(members[i].ID, members[i])
+		g.SnapshotIDs = append(g.SnapshotIDs, members[i].ID)
+	}
+	if err == nil {
+		err = d.groups.Put(gid, g)
+	}
+	if err != nil {
+		for _, m := range members {
+			_ = d.deleteSnapshot(m.ID)
+		}
+		return state.GroupSnapshot{}, status.Errorf(status.Code(err), "cut group snapshot: %v", err)
+	}
+	return g, nil
+}
+
+func firstError(errs []error) error {
+	for _, err := range errs {
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// DeleteVolumeGroupSnapshot removes a group snapshot and all its members;
+// an unknown ID is success.
+func (s *groupControllerServer) DeleteVolumeGroupSnapshot(ctx context.Context, req *csi.DeleteVolumeGroupSnapshotRequest) (*csi.DeleteVolumeGroupSnapshotResponse, error) {
+	gid := req.GetGroupSnapshotId()
+	if err := checkID("group_snapshot_id", gid); err != nil {
+		return nil, err
+	}
+	release, err := s.d.locks.acquire(groupKey(gid))
+	if err != nil {
+		return nil, err
+	}
+	defer release()
+	g, ok := s.d.groups.Get(gid)
+	if !ok {
+		return &csi.DeleteVolumeGroupSnapshotResponse{}, nil
+	}
+	if err := checkMembers(g, req.GetSnapshotIds()); err != nil {
+		return nil, err
+	}
+	// The group record goes first: should the driver die now, Recover
+	// removes the members it left.
+	if err := s.d.groups.Delete(gid); err != nil {
+		return nil, status.Errorf(codes.Internal, "delete group record: %v", err)
+	}
+	for _, id := range g.SnapshotIDs {
+		if err := s.d.deleteSnapshot(id); err != nil {
+			return nil, err
+		}
+	}
+	klog.FromContext(ctx).V(2).Info("Deleted group snapshot", "groupSnapshotID", gid)
+	return &csi.DeleteVolumeGroupSnapshotResponse{}, nil
+}
+
+// GetVolumeGroupSnapshot returns a group snapshot or NotFound.
+func (s *groupControllerServer) GetVolumeGroupSnapshot(_ context.Context, req *csi.GetVolumeGroupSnapshotRequest) (*csi.GetVolumeGroupSnapshotResponse, error) {
+	gid := req.GetGroupSnapshotId()
+	if err := checkID("group_snapshot_id", gid); err != nil {
+		return nil, err
+	}
+	g, ok := s.d.groups.Get(gid)
+	if !ok {
+		return nil, status.Errorf(codes.NotFound, "group snapshot %s not found", gid)
+	}
+	if err := checkMembers(g, req.GetSnapshotIds()); err != nil {
+		return nil, err
+	}
+	return &csi.GetVolumeGroupSnapshotResponse{GroupSnapshot: s.d.csiGroup(g)}, nil
+}
+
+// checkMembers reports a mismatch between the group's members and the
+// snapshot IDs a request lists, if it lists any.
+func checkMembers(g state.GroupSnapshot, ids []string) error {
+	if len(ids) == 0 {
+		return nil
+	}
+	if !slices.Equal(slices.Sorted(slices.Values(ids)), slices.Sorted(slices.Values(g.SnapshotIDs))) {
+		return status.Errorf(codes.InvalidArgument, "snapshot_ids do not match the members of group snapshot %s", g.ID)
+	}
+	return nil
+}
+
+// csiGroup converts a group record and its members to CSI form.
+func (d *Driver) csiGroup(g state.GroupSnapshot) *csi.VolumeGroupSnapshot {
+	out := &csi.VolumeGroupSnapshot{GroupSnapshotId: g.ID, CreationTime: timestamppb.New(g.CreatedAt), ReadyToUse: true}
+	for _, id := range g.SnapshotIDs {
+		snap, ok := d.snapshots.Get(id)
+		if !ok {
+			out.ReadyToUse = false
+			continue
+		}
+		out.Snapshots = append(out.Snapshots, d.csiSnapshot(snap))
+	}
+	return out
+}

@@ -1,0 +1,81 @@
+package hostpath
+
+import (
+	"bufio"
+	"errors"
+	"fmt"
+	"os"
+	"strconv"
+	"strings"
+
+	"golang.org/x/sys/unix"
+)
+
+// bindMount makes source visible at target, read-only if asked. A read-only
+// bind needs a second, remounting call: the first ignores MS_RDONLY.
+func bindMount(source, target string, readOnly bool) error {
+	if err := unix.Mount(source, target, "", unix.MS_BIND, ""); err != nil {
+		return fmt.Errorf("bind mount: %w", err)
+	}
+	if !readOnly {
+		return nil
+	}
+	if err := unix.Mount("", target, "", unix.MS_BIND|unix.MS_REMOUNT|unix.MS_RDONLY, ""); err != nil {
+		_ = unix.Unmount(target, 0)
+		return fmt.Errorf("remount read-only: %w", err)
+	}
+	return nil
+}
+
+// unmountAll removes every mount stacked on target.
+func unmountAll(target string) error {
+	for {
+		mounted, err := isMountPoint(target)
+		if err != nil || !mounted {
+			return err
+		}
+		if err := unix.Unmount(target, 0); err != nil && !errors.Is(err, unix.EINVAL) {
+			return fmt.Errorf("unmount: %w", err)
+		}
+	}
+}
+
+// isMountPoint reports whether path is a mount point, from
+// /proc/self/mountinfo (bind mounts of the same filesystem share st_dev, so
+// comparing with the parent does not work).
+func isMountPoint(path string) (bool, error) {
+	f, err := os.Open("/proc/self/mountinfo")
+	if err != nil {
+		return false, err
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	sc.Buffer(make([]byte, 64<<10), 1<<20)
+	for sc.Scan() {
+		fields := strings.Fields(sc.Text())
+		if len(fields) > 4 && unescapeMountPath(fields[4]) == path {
+			return true, nil
+		}
+	}
+	return false, sc.Err()
+}
+
+// unescapeMountPath undoes the octal escapes (\040 for space and so on)
+// that mountinfo uses.
+func unescapeMountPath(s string) string {
+	if !strings.Contains(s, `\`) {
+		return s
+	}
+	var b strings.Builder
+	for i := 0; i < len(s); i++ {
+		if s[i] == '\\' && i+4 <= len(s) {
+			if n, err := strconv.ParseUint(s[i+1:i+4], 8, 8); err == nil {
+				b.WriteByte(byte(n))
+				i += 3
+				continue
+			}
+		}
+		b.WriteByte(s[i])
+	}
+	return b.String()
+}

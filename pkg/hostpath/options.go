@@ -1,0 +1,106 @@
+package hostpath
+
+import (
+	"errors"
+	"fmt"
+	"path/filepath"
+	"strings"
+)
+
+// DefaultDriverName is the CSI driver name used when none is configured.
+const DefaultDriverName = "hostpath.csi.shutter.dev"
+
+// Options configures the hostpath driver. Build it with DefaultOptions and
+// override fields; Validate reports the first unusable value.
+type Options struct {
+	// Endpoint is the Unix socket to serve CSI on, as unix:///path or a path.
+	Endpoint string
+	// NodeID identifies this node; volumes are attached and published here.
+	NodeID string
+	// DriverName is reported by GetPluginInfo.
+	DriverName string
+	// Version is reported by GetPluginInfo.
+	Version string
+	// DataDir holds volume data, snapshot data and the state records.
+	DataDir string
+	// Capacity is the total number of bytes all volumes may provision.
+	Capacity int64
+	// MaxVolumeSize is the largest single volume, in bytes.
+	MaxVolumeSize int64
+	// EnableTopology reports the node's topology segment and honours
+	// accessibility requirements.
+	EnableTopology bool
+	// EnableAttach offers ControllerPublish/Unpublish.
+	EnableAttach bool
+	// MaxVolumesPerNode limits attached (with EnableAttach) or published
+	// volumes per node; 0 means no limit.
+	MaxVolumesPerNode int64
+	// EnableSnapshotMetadata serves the CSI SnapshotMetadata service.
+	EnableSnapshotMetadata bool
+	// MutableParameters lists the parameter keys ControllerModifyVolume and
+	// CreateVolume's mutable_parameters accept.
+	MutableParameters []string
+	// Sync flushes data and state with fsync before an operation is
+	// reported done. Without it, state is still replaced atomically (safe
+	// against a process crash) but may be lost on power failure.
+	Sync bool
+}
+
+// DefaultOptions returns the defaults the command line starts from.
+func DefaultOptions() Options {
+	return Options{
+		Endpoint:          "unix:///csi/csi.sock",
+		DriverName:        DefaultDriverName,
+		Version:           "v0.1.0",
+		DataDir:           "/var/lib/csi-hostpath-data",
+		Capacity:          100 << 30,
+		MaxVolumeSize:     1 << 40,
+		MaxVolumesPerNode: 0,
+		MutableParameters: []string{"iops", "throughput"},
+		Sync:              true,
+	}
+}
+
+// Validate checks the options and returns the first problem found.
+func (o Options) Validate() error {
+	var errs []error
+	if _, err := socketPath(o.Endpoint); err != nil {
+		errs = append(errs, err)
+	}
+	if err := checkID("--nodeid", o.NodeID); err != nil {
+		errs = append(errs, fmt.Errorf("--nodeid %q: must be 1-%d letters, digits, '.', '_' or '-'", o.NodeID, maxIDLength))
+	}
+	if o.DriverName == "" || len(o.DriverName) > 63 {
+		errs = append(errs, errors.New("--drivername must be 1-63 characters"))
+	}
+	if o.DataDir == "" || !filepath.IsAbs(o.DataDir) {
+		errs = append(errs, fmt.Errorf("--datadir %q must be an absolute path", o.DataDir))
+	}
+	if o.Capacity <= 0 {
+		errs = append(errs, errors.New("--capacity must be positive"))
+	}
+	if o.MaxVolumeSize <= 0 {
+		errs = append(errs, errors.New("--max-volume-size must be positive"))
+	}
+	if o.MaxVolumesPerNode < 0 {
+		errs = append(errs, errors.New("--max-volumes-per-node must not be negative"))
+	}
+	return errors.Join(errs...)
+}
+
+// socketPath turns an endpoint (unix:///path, unix:/path or /path) into the
+// socket's file path.
+func socketPath(endpoint string) (string, error) {
+	path := endpoint
+	if rest, ok := strings.CutPrefix(endpoint, "unix://"); ok {
+		path = rest
+	} else if rest, ok := strings.CutPrefix(endpoint, "unix:"); ok {
+		path = rest
+	} else if strings.Contains(endpoint, "://") {
+		return "", fmt.Errorf("--endpoint %q: only unix:// endpoints are supported", endpoint)
+	}
+	if path == "" || !filepath.IsAbs(path) {
+		return "", fmt.Errorf("--endpoint %q: want unix:///absolute/path", endpoint)
+	}
+	return path, nil
+}

@@ -1,0 +1,242 @@
+package hostpath
+
+import (
+	"bytes"
+	"cmp"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"slices"
+
+	"github.com/container-storage-interface/spec/lib/go/csi"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/shutter-csi/shutter/pkg/hostpath/state"
+)
+
+const (
+	// defaultMetadataResults is the batch size when a request sets none.
+	defaultMetadataResults = 256
+	// deltaBlock is the granularity at which two snapshots are compared.
+	deltaBlock = 64 << 10
+)
+
+// snapshotMetadataServer implements the CSI SnapshotMetadata service for
+// snapshots of block volumes: allocated ranges come from the snapshot file's
+// data extents (SEEK_DATA/SEEK_HOLE); deltas compare two snapshot files
+// block by block where either of them has data.
+type snapshotMetadataServer struct {
+	csi.UnimplementedSnapshotMetadataServer
+	d *Driver
+}
+
+// GetMetadataAllocated streams the allocated ranges of a block snapshot.
+func (s *snapshotMetadataServer) GetMetadataAllocated(req *csi.GetMetadataAllocatedRequest, stream csi.SnapshotMetadata_GetMetadataAllocatedServer) error {
+	snap, err := s.d.blockSnapshot("snapshot_id", req.GetSnapshotId())
+	if err != nil {
+		return err
+	}
+	if err := checkOffset(req.GetStartingOffset(), snap.SizeBytes); err != nil {
+		return err
+	}
+	release, err := s.d.locks.acquire(snapshotKey(snap.ID))
+	if err != nil {
+		return err
+	}
+	defer release()
+	f, err := os.Open(s.d.snapshotPath(snap.ID))
+	if err != nil {
+		return status.Errorf(codes.Internal, "open snapshot: %v", err)
+	}
+	defer f.Close()
+	out := newMetadataSender(req.GetMaxResults(), func(blocks []*csi.BlockMetadata) error {
+		return stream.Send(&csi.GetMetadataAllocatedResponse{
+			BlockMetadataType: csi.BlockMetadataType_VARIABLE_LENGTH, VolumeCapacityBytes: snap.SizeBytes, BlockMetadata: blocks,
+		})
+	})
+	err = forEachExtent(f, req.GetStartingOffset(), snap.SizeBytes, func(start, end int64) error {
+		return out.add(max(start, req.GetStartingOffset()), end)
+	})
+	if err != nil {
+		return status.Errorf(codes.Internal, "read extents: %v", err)
+	}
+	return out.flush()
+}
+
+// GetMetadataDelta streams the ranges that differ between two block
+// snapshots of the same volume.
+func (s *snapshotMetadataServer) GetMetadataDelta(req *csi.GetMetadataDeltaRequest, stream csi.SnapshotMetadata_GetMetadataDeltaServer) error {
+	base, err := s.d.blockSnapshot("base_snapshot_id", req.GetBaseSnapshotId())
+	if err != nil {
+		return err
+	}
+	target, err := s.d.blockSnapshot("target_snapshot_id", req.GetTargetSnapshotId())
+	if err != nil {
+		return err
+	}
+	if base.SourceVolumeID != target.SourceVolumeID {
+		return status.Error(codes.InvalidArgument, "base and target snapshots are of different volumes")
+	}
+	if err := checkOffset(req.GetStartingOffset(), target.SizeBytes); err != nil {
+		return err
+	}
+	release, err := s.d.locks.acquire(snapshotKey(base.ID), snapshotKey(target.ID))
+	if err != nil {
+		return err
+	}
+	defer release()
+	out := newMetadataSender(req.GetMaxResults(), func(blocks []*csi.BlockMetadata) error {
+		return stream.Send(&csi.GetMetadataDeltaResponse{
+			BlockMetadataType: csi.BlockMetadataType_VARIABLE_LENGTH, VolumeCapacityBytes: target.SizeBytes, BlockMetadata: blocks,
+		})
+	})
+	if err := diffFiles(s.d.snapshotPath(base.ID), s.d.snapshotPath(target.ID), req.GetStartingOffset(), target.SizeBytes, out.add); err != nil {
+		if _, ok := status.FromError(err); ok {
+			return err
+		}
+		return status.Errorf(codes.Internal, "compare snapshots: %v", err)
+	}
+	return out.flush()
+}
+
+// blockSnapshot looks up a snapshot and requires it to be of a block volume.
+func (d *Driver) blockSnapshot(field, id string) (state.Snapshot, error) {
+	snap, err := d.lookupSnapshot(field, id)
+	if err != nil {
+		return snap, err
+	}
+	if snap.AccessType != state.AccessBlock {
+		return snap, status.Errorf(codes.InvalidArgument, "%s %s is not a snapshot of a block volume", field, id)
+	}
+	return snap, nil
+}
+
+func checkOffset(offset, size int64) error {
+	if offset < 0 || offset > size {
+		return status.Errorf(codes.OutOfRange, "starting_offset %d is outside the volume's %d bytes", offset, size)
+	}
+	return nil
+}
+
+// diffFiles calls changed for every range in [from, size) where the two
+// files differ. Ranges that are holes in both are skipped unread.
+func diffFiles(basePath, targetPath string, from, size int64, changed func(start, end int64) error) error {
+	base, err := os.Open(basePath)
+	if err != nil {
+		return err
+	}
+	defer base.Close()
+	target, err := os.Open(targetPath)
+	if err != nil {
+		return err
+	}
+	defer target.Close()
+	ranges, err := unionExtents(from, size, base, target)
+	if err != nil {
+		return err
+	}
+	a, b := make([]byte, deltaBlock), make([]byte, deltaBlock)
+	done := int64(0) // blocks below done were compared already
+	for _, r := range ranges {
+		off := max(r[0]-r[0]%deltaBlock, done)
+		for ; off < r[1]; off += deltaBlock {
+			n := min(int64(deltaBlock), size-off)
+			if err := readFull(base, a[:n], off); err != nil {
+				return err
+			}
+			if err := readFull(target, b[:n], off); err != nil {
+				return err
+			}
+			if !bytes.Equal(a[:n], b[:n]) {
+				if err := changed(max(off, from), off+n); err != nil {
+					return err
+				}
+			}
+		}
+		done = off
+	}
+	return nil
+}
+
+// unionExtents merges the data extents of several files into sorted,
+// non-overlapping ranges.
+func unionExtents(from, size int64, files ...*os.File) ([][2]int64, error) {
+	var all [][2]int64
+	for _, f := range files {
+		err := forEachExtent(f, from, size, func(start, end int64) error {
+			all = append(all, [2]int64{max(start, from), end})
+			return nil
+		})
+		if err != nil {
+			return nil, err
+		}
+	}
+	slices.SortFunc(all, func(a, b [2]int64) int { return cmp.Compare(a[0], b[0]) })
+	var merged [][2]int64
+	for _, r := range all {
+		if n := len(merged); n > 0 && r[0] <= merged[n-1][1] {
+			merged[n-1][1] = max(merged[n-1][1], r[1])
+			continue
+		}
+		merged = append(merged, r)
+	}
+	return merged, nil
+}
+
+// readFull reads len(buf) bytes at off; bytes past the end of a shorter
+// file read as zeros.
+func readFull(f *os.File, buf []byte, off int64) error {
+	n, err := f.ReadAt(buf, off)
+	if err != nil && !errors.Is(err, io.EOF) {
+		return fmt.Errorf("read %s: %w", f.Name(), err)
+	}
+	clear(buf[n:])
+	return nil
+}
+
+// metadataSender batches ranges into stream messages of at most max
+// entries, merging ranges that touch.
+type metadataSender struct {
+	max   int
+	batch []*csi.BlockMetadata
+	send  func([]*csi.BlockMetadata) error
+}
+
+func newMetadataSender(maxResults int32, send func([]*csi.BlockMetadata) error) *metadataSender {
+	m := int(maxResults)
+	if m <= 0 {
+		m = defaultMetadataResults
+	}
+	return &metadataSender{max: m, send: send}
+}
+
+func (m *metadataSender) add(start, end int64) error {
+	if end <= start {
+		return nil
+	}
+	if n := len(m.batch); n > 0 {
+		last := m.batch[n-1]
+		if last.ByteOffset+last.SizeBytes == start {
+			last.SizeBytes += end - start
+			return nil
+		}
+	}
+	if len(m.batch) == m.max {
+		if err := m.flush(); err != nil {
+			return err
+		}
+	}
+	m.batch = append(m.batch, &csi.BlockMetadata{ByteOffset: start, SizeBytes: end - start})
+	return nil
+}
+
+func (m *metadataSender) flush() error {
+	if len(m.batch) == 0 {
+		return nil
+	}
+	err := m.send(m.batch)
+	m.batch = nil
+	return err
+}

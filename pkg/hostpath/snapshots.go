@@ -1,0 +1,170 @@
+package hostpath
+
+import (
+	"context"
+	"os"
+
+	"github.com/container-storage-interface/spec/lib/go/csi"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/types/known/timestamppb"
+	"k8s.io/klog/v2"
+
+	"github.com/shutter-csi/shutter/pkg/hostpath/state"
+)
+
+// CreateSnapshot takes a point-in-time copy of a volume. It is idempotent by
+// name; the same name with another source volume is AlreadyExists. The
+// snapshot is complete, and so ready to use, when the call returns.
+func (s *controllerServer) CreateSnapshot(ctx context.Context, req *csi.CreateSnapshotRequest) (*csi.CreateSnapshotResponse, error) {
+	if err := checkName(req.GetName()); err != nil {
+		return nil, err
+	}
+	src := req.GetSourceVolumeId()
+	if err := checkID("source_volume_id", src); err != nil {
+		return nil, err
+	}
+	if err := s.d.checkAccessibility(req.GetAccessibilityRequirements()); err != nil {
+		return nil, err
+	}
+	id := deriveID(snapshotPrefix, req.GetName())
+	release, err := s.d.locks.acquire(snapshotKey(id), volumeKey(src))
+	if err != nil {
+		return nil, err
+	}
+	defer release()
+	if snap, ok := s.d.snapshots.Get(id); ok {
+		if snap.SourceVolumeID != src || snap.GroupSnapshotID != "" {
+			return nil, status.Errorf(codes.AlreadyExists, "snapshot %q exists for another source volume", req.GetName())
+		}
+		return &csi.CreateSnapshotResponse{Snapshot: s.d.csiSnapshot(snap)}, nil
+	}
+	vol, err := s.d.lookupVolume("source_volume_id", src)
+	if err != nil {
+		return nil, err
+	}
+	snap := state.Snapshot{
+		ID: id, Name: req.GetName(), SourceVolumeID: src, AccessType: vol.AccessType,
+		SizeBytes: vol.CapacityBytes, Topology: vol.Topology, CreatedAt: s.d.now().UTC(),
+	}
+	if err := s.d.cutSnapshot(snap); err != nil {
+		return nil, err
+	}
+	if err := s.d.snapshots.Put(id, snap); err != nil {
+		_ = removeData(s.d.snapshotPath(id))
+		return nil, status.Errorf(codes.Internal, "record snapshot: %v", err)
+	}
+	klog.FromContext(ctx).V(2).Info("Created snapshot", "snapshotID", id, "volumeID", src)
+	return &csi.CreateSnapshotResponse{Snapshot: s.d.csiSnapshot(snap)}, nil
+}
+
+// cutSnapshot copies the source volume's data to the snapshot's data path:
+// built under a temporary name, flushed, then renamed into place. The caller
+// holds the locks of both and writes the record afterwards.
+func (d *Driver) cutSnapshot(snap state.Snapshot) error {
+	final := d.snapshotPath(snap.ID)
+	tmp := tempPath(final)
+	if err := os.RemoveAll(tmp); err != nil {
+		return status.Errorf(codes.Internal, "clear temp data: %v", err)
+	}
+	if err := os.RemoveAll(final); err != nil {
+		return status.Errorf(codes.Internal, "clear stale snapshot data: %v", err)
+	}
+	if err := d.copier.copyPath(tmp, d.volumePath(snap.SourceVolumeID)); err != nil {
+		_ = os.RemoveAll(tmp)
+		return status.Errorf(codes.Internal, "copy volume data: %v", err)
+	}
+	return d.installData(tmp, final)
+}
+
+// DeleteSnapshot removes a snapshot; an unknown ID is success. A member of
+// a group snapshot is deleted with its group only (FailedPrecondition).
+func (s *controllerServer) DeleteSnapshot(ctx context.Context, req *csi.DeleteSnapshotRequest) (*csi.DeleteSnapshotResponse, error) {
+	id := req.GetSnapshotId()
+	if err := checkID("snapshot_id", id); err != nil {
+		return nil, err
+	}
+	release, err := s.d.locks.acquire(snapshotKey(id))
+	if err != nil {
+		return nil, err
+	}
+	defer release()
+	snap, ok := s.d.snapshots.Get(id)
+	if !ok {
+		return &csi.DeleteSnapshotResponse{}, nil
+	}
+	if snap.GroupSnapshotID != "" {
+		return nil, status.Errorf(codes.FailedPrecondition, "snapshot %s belongs to group snapshot %s", id, snap.GroupSnapshotID)
+	}
+	if err := s.d.deleteSnapshot(id); err != nil {
+		return nil, err
+	}
+	klog.FromContext(ctx).V(2).Info("Deleted snapshot", "snapshotID", id)
+	return &csi.DeleteSnapshotResponse{}, nil
+}
+
+// deleteSnapshot removes a snapshot's record, then its data.
+func (d *Driver) deleteSnapshot(id string) error {
+	if err := d.snapshots.Delete(id); err != nil {
+		return status.Errorf(codes.Internal, "delete snapshot record: %v", err)
+	}
+	return removeData(d.snapshotPath(id))
+}
+
+// ListSnapshots pages through snapshots in ID order, filtered by snapshot ID
+// or source volume ID. Unknown or malformed filter IDs give an empty list.
+func (s *controllerServer) ListSnapshots(_ context.Context, req *csi.ListSnapshotsRequest) (*csi.ListSnapshotsResponse, error) {
+	var all []state.Snapshot
+	switch {
+	case req.GetSnapshotId() != "":
+		if snap, ok := s.d.snapshots.Get(req.GetSnapshotId()); ok {
+			all = append(all, snap)
+		}
+	case req.GetSourceVolumeId() != "":
+		for _, snap := range s.d.snapshots.List() {
+			if snap.SourceVolumeID == req.GetSourceVolumeId() {
+				all = append(all, snap)
+			}
+		}
+	default:
+		all = s.d.snapshots.List()
+	}
+	snaps, next, err := page(all, func(s state.Snapshot) string { return s.ID }, req.GetStartingToken(), req.GetMaxEntries())
+	if err != nil {
+		return nil, err
+	}
+	resp := &csi.ListSnapshotsResponse{NextToken: next}
+	for _, snap := range snaps {
+		resp.Entries = append(resp.Entries, &csi.ListSnapshotsResponse_Entry{Snapshot: s.d.csiSnapshot(snap)})
+	}
+	return resp, nil
+}
+
+// GetSnapshot returns one snapshot or NotFound.
+func (s *controllerServer) GetSnapshot(_ context.Context, req *csi.GetSnapshotRequest) (*csi.GetSnapshotResponse, error) {
+	snap, err := s.d.lookupSnapshot("snapshot_id", req.GetSnapshotId())
+	if err != nil {
+		return nil, err
+	}
+	return &csi.GetSnapshotResponse{Snapshot: s.d.csiSnapshot(snap)}, nil
+}
+
+// lookupSnapshot validates id and returns its record or NotFound.
+func (d *Driver) lookupSnapshot(field, id string) (state.Snapshot, error) {
+	if err := checkID(field, id); err != nil {
+		return state.Snapshot{}, err
+	}
+	snap, ok := d.snapshots.Get(id)
+	if !ok {
+		return state.Snapshot{}, status.Errorf(codes.NotFound, "snapshot %s not found", id)
+	}
+	return snap, nil
+}
+
+// csiSnapshot converts a record to its CSI form. Every record is ready.
+func (d *Driver) csiSnapshot(s state.Snapshot) *csi.Snapshot {
+	return &csi.Snapshot{
+		SnapshotId: s.ID, SourceVolumeId: s.SourceVolumeID, SizeBytes: s.SizeBytes,
+		CreationTime: timestamppb.New(s.CreatedAt), ReadyToUse: true, GroupSnapshotId: s.GroupSnapshotID,
+	}
+}

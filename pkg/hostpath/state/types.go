@@ -1,0 +1,61 @@
+package state
+
+import "time"
+
+// AccessType says how a volume's data is laid out on disk.
+type AccessType string
+
+const (
+	// AccessMount volumes are a directory.
+	AccessMount AccessType = "mount"
+	// AccessBlock volumes are a sparse regular file of the volume's size.
+	AccessBlock AccessType = "block"
+)
+
+// Volume is the persisted record of one volume.
+type Volume struct {
+	ID            string     `json:"id"`
+	Name          string     `json:"name"`
+	CapacityBytes int64      `json:"capacityBytes"`
+	AccessType    AccessType `json:"accessType"`
+	// Topology is the segment set the volume is accessible from, if any.
+	Topology map[string]string `json:"topology,omitempty"`
+	// SourceSnapshotID or SourceVolumeID name the content source.
+	SourceSnapshotID  string            `json:"sourceSnapshotID,omitempty"`
+	SourceVolumeID    string            `json:"sourceVolumeID,omitempty"`
+	Parameters        map[string]string `json:"parameters,omitempty"`
+	MutableParameters map[string]string `json:"mutableParameters,omitempty"`
+	// Attachments maps node ID to whether the volume is attached read-only.
+	Attachments map[string]bool `json:"attachments,omitempty"`
+	// Staged is the staging path on this node, if staged.
+	Staged string `json:"staged,omitempty"`
+	// Published maps target paths on this node to read-only.
+	Published map[string]bool `json:"published,omitempty"`
+	// SingleWriter is true when the volume was created with an access mode
+	// that allows one publication only (SINGLE_NODE_SINGLE_WRITER).
+	SingleWriter bool      `json:"singleWriter,omitempty"`
+	CreatedAt    time.Time `json:"createdAt"`
+}
+
+// Snapshot is the persisted record of one snapshot. A record is written only
+// once the snapshot's data is complete, so every record is ready to use.
+type Snapshot struct {
+	ID              string            `json:"id"`
+	Name            string            `json:"name"`
+	SourceVolumeID  string            `json:"sourceVolumeID"`
+	AccessType      AccessType        `json:"accessType"`
+	SizeBytes       int64             `json:"sizeBytes"`
+	GroupSnapshotID string            `json:"groupSnapshotID,omitempty"`
+	Topology        map[string]string `json:"topology,omitempty"`
+	CreatedAt       time.Time         `json:"createdAt"`
+}
+
+// GroupSnapshot is the persisted record of a volume group snapshot. Its
+// member snapshots carry its ID in GroupSnapshotID.
+type GroupSnapshot struct {
+	ID              string    `json:"id"`
+	Name            string    `json:"name"`
+	SourceVolumeIDs []string  `json:"sourceVolumeIDs"`
+	SnapshotIDs     []string  `json:"snapshotIDs"`
+	CreatedAt       time.Time `json:"createdAt"`
+}
