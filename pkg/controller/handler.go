@@ -1,0 +1,65 @@
+package controller
+
+import (
+	"context"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/tools/cache"
+)
+
+// Handler turns informer events for objects of type T into calls of add, and drops no-ops: an
+// update with an unchanged resourceVersion (an informer resync), an update that this component
+// caused itself (written is its own-write cache; nil for none), and objects of other types.
+// Deletions seen only as tombstones are unwrapped, so none is lost.
+func Handler[T metav1.Object](written *Writes[T], add func(T)) cache.ResourceEventHandlerFuncs {
+	return cache.ResourceEventHandlerFuncs{
+		AddFunc: func(obj any) {
+			if o, ok := obj.(T); ok {
+				add(o)
+			}
+		},
+		UpdateFunc: func(oldObj, newObj any) {
+			o, ok1 := oldObj.(T)
+			n, ok2 := newObj.(T)
+			if !ok1 || !ok2 || o.GetResourceVersion() == n.GetResourceVersion() {
+				return
+			}
+			if written != nil && written.Caused(n) {
+				return
+			}
+			add(n)
+		},
+		DeleteFunc: func(obj any) {
+			if tomb, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+				obj = tomb.Obj
+			}
+			if o, ok := obj.(T); ok {
+				if written != nil {
+					written.Forget(o)
+				}
+				add(o)
+			}
+		},
+	}
+}
+
+// Key is the queue key of an object: its namespace (empty for cluster-scoped kinds) and name.
+type Key = cache.ObjectName
+
+// KeyOf returns obj's queue key.
+func KeyOf(obj metav1.Object) Key { return Key{Namespace: obj.GetNamespace(), Name: obj.GetName()} }
+
+// Resync adds every key that list returns, once per period, until ctx is done: the safety net
+// that catches anything a missed event would otherwise leave waiting. A period of 0 disables it.
+func Resync[K comparable](ctx context.Context, q *Queue[K], period time.Duration, list func() []K) {
+	if period <= 0 {
+		return
+	}
+	wait.Until(func() {
+		for _, key := range list() {
+			q.Add(key)
+		}
+	}, period, ctx.Done())
+}

@@ -1,0 +1,177 @@
+// Package controller is the one queue-and-worker skeleton that every Shutter reconciler plugs
+// into: the snapshot-controller's four queues and the sidecar's two.
+//
+// A reconciler is a function from a key to an error. What happens next is decided here, in one
+// place:
+//
+//   - nil: the key is forgotten (its backoff resets);
+//   - RequeueAfter(d): forgotten, and looked at again after d (waiting for something else);
+//   - Final(err): forgotten and not retried; the reconciler has already reported it (a Warning
+//     event and status.error), and a change to the object brings the key back;
+//   - a conflict: retried with backoff, logged quietly (someone else wrote first);
+//   - anything else: retried with per-key exponential backoff.
+//
+// The workqueue never hands one key to two workers at once.
+package controller
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"golang.org/x/time/rate"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
+	"k8s.io/client-go/util/workqueue"
+	"k8s.io/klog/v2"
+)
+
+// SyncFunc reconciles the object behind one key.
+type SyncFunc[K comparable] func(ctx context.Context, key K) error
+
+// Options tune a queue's retries.
+type Options struct {
+	// RetryStart and RetryMax bound the per-key exponential backoff.
+	RetryStart, RetryMax time.Duration
+	// QPS and Burst bound retries across all keys together; zero means 10 and 100.
+	QPS   float64
+	Burst int
+}
+
+// Queue is a named, rate-limited work queue of keys with the routing of sync outcomes.
+type Queue[K comparable] struct {
+	name  string
+	queue workqueue.TypedRateLimitingInterface[K]
+	sync  SyncFunc[K]
+}
+
+// NewQueue makes a queue whose workers call sync. Its name shows in workqueue metrics and logs.
+func NewQueue[K comparable](name string, opts Options, sync SyncFunc[K]) *Queue[K] {
+	if opts.RetryStart <= 0 {
+		opts.RetryStart = time.Second
+	}
+	if opts.RetryMax < opts.RetryStart {
+		opts.RetryMax = 5 * time.Minute
+	}
+	if opts.QPS <= 0 {
+		opts.QPS, opts.Burst = 10, 100
+	}
+	limiter := workqueue.NewTypedMaxOfRateLimiter(
+		workqueue.NewTypedItemExponentialFailureRateLimiter[K](opts.RetryStart, opts.RetryMax),
+		&workqueue.TypedBucketRateLimiter[K]{Limiter: rate.NewLimiter(rate.Limit(opts.QPS), opts.Burst)},
+	)
+	return &Queue[K]{
+		name:  name,
+		sync:  sync,
+		queue: workqueue.NewTypedRateLimitingQueueWithConfig(limiter, workqueue.TypedRateLimitingQueueConfig[K]{Name: name}),
+	}
+}
+
+// Name is the queue's name.
+func (q *Queue[K]) Name() string { return q.name }
+
+// Add queues key now.
+func (q *Queue[K]) Add(key K) { q.queue.Add(key) }
+
+// AddAfter queues key after d.
+func (q *Queue[K]) AddAfter(key K, d time.Duration) { q.queue.AddAfter(key, d) }
+
+// Len is the number of keys waiting.
+func (q *Queue[K]) Len() int { return q.queue.Len() }
+
+// ShutDown stops handing out keys; Run returns once in-flight syncs finish.
+func (q *Queue[K]) ShutDown() { q.queue.ShutDownWithDrain() }
+
+// Run starts workers and blocks until ctx is done, then drains in-flight keys and returns.
+func (q *Queue[K]) Run(ctx context.Context, workers int) {
+	logger := klog.FromContext(ctx).WithValues("queue", q.name)
+	logger.V(2).Info("Starting workers", "count", workers)
+	var wg sync.WaitGroup
+	for range workers {
+		wg.Go(func() {
+			for q.next(klog.NewContext(ctx, logger)) {
+			}
+		})
+	}
+	<-ctx.Done()
+	q.queue.ShutDownWithDrain()
+	wg.Wait()
+	logger.V(2).Info("Workers stopped")
+}
+
+// next processes one key; it returns false once the queue is shut down.
+func (q *Queue[K]) next(ctx context.Context) bool {
+	key, quit := q.queue.Get()
+	if quit {
+		return false
+	}
+	defer q.queue.Done(key)
+	err := q.safeSync(ctx, key)
+	q.route(ctx, key, err)
+	return true
+}
+
+func (q *Queue[K]) safeSync(ctx context.Context, key K) (err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			utilruntime.HandleErrorWithContext(ctx, nil, "Sync panicked", "key", key, "panic", r)
+			err = fmt.Errorf("sync panicked: %v", r)
+		}
+	}()
+	return q.sync(ctx, key)
+}
+
+// route decides, in one place, what a sync's outcome means for its key.
+func (q *Queue[K]) route(ctx context.Context, key K, err error) {
+	logger := klog.FromContext(ctx)
+	var wait *requeueError
+	switch {
+	case err == nil:
+		q.queue.Forget(key)
+	case errors.As(err, &wait):
+		q.queue.Forget(key)
+		q.queue.AddAfter(key, wait.after)
+		logger.V(4).Info("Waiting", "key", key, "after", wait.after, "reason", wait.reason)
+	case IsFinal(err):
+		q.queue.Forget(key)
+		logger.V(2).Info("Not retrying", "key", key, "err", err)
+	case apierrors.IsConflict(err):
+		q.queue.AddRateLimited(key)
+		logger.V(4).Info("Conflict, retrying", "key", key)
+	default:
+		q.queue.AddRateLimited(key)
+		logger.Error(err, "Sync failed, retrying", "key", key, "retries", q.queue.NumRequeues(key))
+	}
+}
+
+type requeueError struct {
+	after  time.Duration
+	reason string
+}
+
+func (e *requeueError) Error() string { return fmt.Sprintf("requeue after %s: %s", e.after, e.reason) }
+
+// RequeueAfter asks for the key to be looked at again after d, without counting a failure.
+func RequeueAfter(d time.Duration, reason string) error { return &requeueError{after: d, reason: reason} }
+
+type finalError struct{ err error }
+
+func (e *finalError) Error() string { return e.err.Error() }
+func (e *finalError) Unwrap() error { return e.err }
+
+// Final marks err as not worth retrying until the object changes: bad user input that has been
+// reported in status and an event.
+func Final(err error) error {
+	if err == nil {
+		return nil
+	}
+	return &finalError{err: err}
+}
+
+// IsFinal tells whether err was marked with Final.
+func IsFinal(err error) bool {
+	var f *finalError
+	return errors.As(err, &f)
+}

@@ -1,0 +1,68 @@
+package controller
+
+import (
+	"sync"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/resourceversion"
+)
+
+// Writes is an own-write cache: the objects this component wrote last, by key, until its informer
+// has caught up with them. A sync that reads through Latest never acts on a lister copy older than
+// its own last write, and Handler drops the informer events those writes cause. Objects in it are
+// never changed; the informer's store is never written.
+type Writes[T metav1.Object] struct {
+	mu      sync.Mutex
+	objects map[Key]T
+}
+
+// NewWrites makes an empty own-write cache.
+func NewWrites[T metav1.Object]() *Writes[T] {
+	return &Writes[T]{objects: map[Key]T{}}
+}
+
+// Record remembers obj, as returned by the API server after this component's write.
+func (w *Writes[T]) Record(obj T) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.objects[KeyOf(obj)] = obj
+}
+
+// Forget drops what is remembered of obj's key (the object is gone).
+func (w *Writes[T]) Forget(obj T) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	delete(w.objects, KeyOf(obj))
+}
+
+// Latest returns the newer of the lister's copy and this component's last write of the same
+// object. Once the lister has caught up, the remembered write is dropped.
+func (w *Writes[T]) Latest(listed T) T {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	key := KeyOf(listed)
+	own, ok := w.objects[key]
+	if !ok {
+		return listed
+	}
+	if own.GetUID() == listed.GetUID() && newer(own, listed) {
+		return own
+	}
+	delete(w.objects, key)
+	return listed
+}
+
+// Caused tells whether obj is exactly the result of this component's last write of it.
+func (w *Writes[T]) Caused(obj T) bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	own, ok := w.objects[KeyOf(obj)]
+	return ok && own.GetUID() == obj.GetUID() && own.GetResourceVersion() == obj.GetResourceVersion()
+}
+
+// newer tells whether a's resourceVersion is later than b's. Versions that cannot be compared
+// count as not newer, so the lister's copy wins.
+func newer(a, b metav1.Object) bool {
+	cmp, err := resourceversion.CompareResourceVersion(a.GetResourceVersion(), b.GetResourceVersion())
+	return err == nil && cmp > 0
+}
