@@ -154,7 +154,9 @@ type requeueError struct {
 func (e *requeueError) Error() string { return fmt.Sprintf("requeue after %s: %s", e.after, e.reason) }
 
 // RequeueAfter asks for the key to be looked at again after d, without counting a failure.
-func RequeueAfter(d time.Duration, reason string) error { return &requeueError{after: d, reason: reason} }
+func RequeueAfter(d time.Duration, reason string) error {
+	return &requeueError{after: d, reason: reason}
+}
 
 type finalError struct{ err error }
 
