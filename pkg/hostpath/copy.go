@@ -13,8 +13,8 @@ import (
 	"github.com/shutter-csi/shutter/pkg/hostpath/state"
 )
 
-// copyChunk is the unit in which data ranges are scanned for zeros and
-// copied. Zero chunks become holes in the copy.
+// copyChunk is the unit in which data ranges are read and scanned for
+// zeros.
 const copyChunk = 4 << 20
 
 // copier makes point-in-time copies of volume data, in-process: a reflink
@@ -128,7 +128,8 @@ func (c copier) finish(out *os.File) error {
 }
 
 // copySparse copies the data extents of in to out at the same offsets.
-// Within an extent, all-zero chunks are skipped so that they stay holes.
+// Extents are read in copyChunk pieces; within a piece, runs of non-zero
+// zeroBlock blocks are copied and all-zero blocks stay holes.
 func copySparse(out, in *os.File, size int64) error {
 	buf := make([]byte, copyChunk)
 	return forEachExtent(in, 0, size, func(start, end int64) error {
@@ -137,17 +138,36 @@ func copySparse(out, in *os.File, size int64) error {
 			if _, err := in.ReadAt(buf[:n], off); err != nil && !errors.Is(err, io.EOF) {
 				return fmt.Errorf("read copy source: %w", err)
 			}
-			if isZero(buf[:n]) {
-				off += n
-				continue
-			}
-			if err := copyRange(out, in, off, n); err != nil {
-				return err
+			for _, r := range dataRuns(buf[:n]) {
+				if err := copyRange(out, in, off+r[0], r[1]-r[0]); err != nil {
+					return err
+				}
 			}
 			off += n
 		}
 		return nil
 	})
+}
+
+// zeroBlock is the granularity at which zeros are turned into holes.
+const zeroBlock = 64 << 10
+
+// dataRuns returns the [start, end) runs of buf made of blocks that are not
+// all zeros.
+func dataRuns(buf []byte) [][2]int64 {
+	var runs [][2]int64
+	for off := 0; off < len(buf); off += zeroBlock {
+		end := min(off+zeroBlock, len(buf))
+		if isZero(buf[off:end]) {
+			continue
+		}
+		if n := len(runs); n > 0 && runs[n-1][1] == int64(off) {
+			runs[n-1][1] = int64(end)
+			continue
+		}
+		runs = append(runs, [2]int64{int64(off), int64(end)})
+	}
+	return runs
 }
 
 // copyRange moves n bytes at off from in to out with copy_file_range, which
