@@ -1,0 +1,218 @@
+package hostpath
+
+import (
+	"bytes"
+	"context"
+	"encoding/binary"
+	"errors"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/container-storage-interface/spec/lib/go/csi"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials/insecure"
+	"k8s.io/klog/v2/ktesting"
+)
+
+// driverProcess is the hostpath-driver binary running as a child process.
+type driverProcess struct {
+	cmd  *exec.Cmd
+	conn *grpc.ClientConn
+	ctrl csi.ControllerClient
+}
+
+// buildDriver compiles cmd/hostpath-driver once for the test.
+func buildDriver(t *testing.T) string {
+	t.Helper()
+	bin := filepath.Join(t.TempDir(), "hostpath-driver")
+	out, err := exec.Command("go", "build", "-o", bin, "github.com/shutter-csi/shutter/cmd/hostpath-driver").CombinedOutput()
+	if err != nil {
+		t.Fatalf("build driver: %v\n%s", err, out)
+	}
+	return bin
+}
+
+// startDriver runs the binary on dir (with fsync on) and waits until it
+// answers Probe.
+func startDriver(t *testing.T, bin, dir string) *driverProcess {
+	t.Helper()
+	sock := filepath.Join(dir, "csi.sock")
+	cmd := exec.Command(bin, "--endpoint=unix://"+sock, "--nodeid=crash-node", "--datadir="+filepath.Join(dir, "data"),
+		"--capacity=1099511627776", "--fsync=true", "--v=2")
+	logFile, err := os.OpenFile(filepath.Join(dir, "driver.log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd.Stdout, cmd.Stderr = logFile, logFile
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait(); _ = logFile.Close() })
+	conn, err := grpc.NewClient("unix://"+sock, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = conn.Close() })
+	ident := csi.NewIdentityClient(conn)
+	for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		_, err := ident.Probe(ctx, &csi.ProbeRequest{})
+		cancel()
+		if err == nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("driver did not come up: %v", err)
+		}
+	}
+	return &driverProcess{cmd: cmd, conn: conn, ctrl: csi.NewControllerClient(conn)}
+}
+
+func (p *driverProcess) kill(t *testing.T) {
+	t.Helper()
+	if err := p.cmd.Process.Signal(syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	_ = p.cmd.Wait()
+}
+
+// fillVolume writes size bytes of non-repeating data into a backing file.
+func fillVolume(t *testing.T, path string, size int64) []byte {
+	t.Helper()
+	f, err := os.OpenFile(path, os.O_WRONLY, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	block := randomBytes(t, 1<<20)
+	for off := int64(0); off < size; off += int64(len(block)) {
+		binary.LittleEndian.PutUint64(block, uint64(off))
+		if _, err := f.WriteAt(block, off); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return block
+}
+
+func waitForPath(path string, timeout time.Duration) bool {
+	for deadline := time.Now().Add(timeout); time.Now().Before(deadline); time.Sleep(100 * time.Microsecond) {
+		if _, err := os.Lstat(path); err == nil {
+			return true
+		}
+	}
+	return false
+}
+
+func sameFile(t *testing.T, a, b string) bool {
+	t.Helper()
+	x, err := os.ReadFile(a)
+	if err != nil {
+		t.Fatal(err)
+	}
+	y, err := os.ReadFile(b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return bytes.Equal(x, y)
+}
+
+// TestSIGKILLDuringSnapshot kills the driver process while it copies a
+// snapshot, restarts it and checks that the half-made snapshot is gone (not
+// reported, data removed), that the volume survived, and that retrying the
+// same request produces a complete snapshot that survives another SIGKILL.
+func TestSIGKILLDuringSnapshot(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds the driver and copies 256 MiB")
+	}
+	bin, dir := buildDriver(t), t.TempDir()
+	p := startDriver(t, bin, dir)
+	ctx := context.Background()
+	vol, err := p.ctrl.CreateVolume(ctx, &csi.CreateVolumeRequest{
+		Name: "crash-src", CapacityRange: &csi.CapacityRange{RequiredBytes: 256 << 20}, VolumeCapabilities: []*csi.VolumeCapability{blockCap()},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	volID := vol.GetVolume().GetVolumeId()
+	volPath := filepath.Join(dir, "data", "volumes", volID)
+	fillVolume(t, volPath, 256<<20)
+
+	snapID := deriveID(snapshotPrefix, "crash-snap")
+	snapPath := filepath.Join(dir, "data", "snapshots", snapID)
+	go func() { _, _ = p.ctrl.CreateSnapshot(ctx, &csi.CreateSnapshotRequest{Name: "crash-snap", SourceVolumeId: volID}) }()
+	if !waitForPath(tempPath(snapPath), 10*time.Second) {
+		t.Fatal("snapshot copy never started")
+	}
+	p.kill(t)
+	if _, err := os.Lstat(snapPath); err == nil {
+		t.Fatal("copy finished before the kill; the test did not interrupt it")
+	}
+
+	p = startDriver(t, bin, dir)
+	list, err := p.ctrl.ListSnapshots(ctx, &csi.ListSnapshotsRequest{})
+	if err != nil || len(list.GetEntries()) != 0 {
+		t.Fatalf("after restart ListSnapshots = %v, %v; want no snapshot", list, err)
+	}
+	_, err = p.ctrl.GetSnapshot(ctx, &csi.GetSnapshotRequest{SnapshotId: snapID})
+	wantCode(t, err, codes.NotFound)
+	if _, err := os.Lstat(tempPath(snapPath)); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("partial snapshot data left behind: %v", err)
+	}
+	if _, err := p.ctrl.ControllerGetVolume(ctx, &csi.ControllerGetVolumeRequest{VolumeId: volID}); err != nil {
+		t.Fatalf("volume lost: %v", err)
+	}
+
+	snap, err := p.ctrl.CreateSnapshot(ctx, &csi.CreateSnapshotRequest{Name: "crash-snap", SourceVolumeId: volID})
+	if err != nil || !snap.GetSnapshot().GetReadyToUse() || snap.GetSnapshot().GetSnapshotId() != snapID {
+		t.Fatalf("retry = %v, %v", snap, err)
+	}
+	p.kill(t)
+	p = startDriver(t, bin, dir)
+	got, err := p.ctrl.GetSnapshot(ctx, &csi.GetSnapshotRequest{SnapshotId: snapID})
+	if err != nil || !got.GetSnapshot().GetReadyToUse() {
+		t.Fatalf("after second kill GetSnapshot = %v, %v", got, err)
+	}
+	if !sameFile(t, volPath, snapPath) {
+		t.Fatal("snapshot data differs from the volume")
+	}
+}
+
+// TestRecoverRemovesIncompleteGroup simulates a crash between writing a
+// group's member records and its group record.
+func TestRecoverRemovesIncompleteGroup(t *testing.T) {
+	e := newTestEnv(t)
+	a := e.createVolume(t, "a", 1<<20, blockCap())
+	resp, err := e.group.CreateVolumeGroupSnapshot(context.Background(), &csi.CreateVolumeGroupSnapshotRequest{Name: "g", SourceVolumeIds: []string{a.GetVolumeId()}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	g := resp.GetGroupSnapshot()
+	if err := os.Remove(filepath.Join(e.d.opts.DataDir, "state", "groups", g.GetGroupSnapshotId()+".json")); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Mkdir(tempPath(e.d.volumePath("vol-half")), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	_, ctx := ktesting.NewTestContext(t)
+	d, err := New(ctx, e.d.opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	member := g.GetSnapshots()[0].GetSnapshotId()
+	if _, ok := d.snapshots.Get(member); ok {
+		t.Fatal("member of a group without record survived recovery")
+	}
+	for _, p := range []string{d.snapshotPath(member), tempPath(d.volumePath("vol-half"))} {
+		if _, err := os.Lstat(p); !errors.Is(err, os.ErrNotExist) {
+			t.Fatalf("%s left behind: %v", p, err)
+		}
+	}
+	if _, ok := d.volumes.Get(a.GetVolumeId()); !ok {
+		t.Fatal("volume lost in recovery")
+	}
+}
