@@ -144,7 +144,9 @@ func TestSIGKILLDuringSnapshot(t *testing.T) {
 
 	snapID := deriveID(snapshotPrefix, "crash-snap")
 	snapPath := filepath.Join(dir, "data", "snapshots", snapID)
-	go func() { _, _ = p.ctrl.CreateSnapshot(ctx, &csi.CreateSnapshotRequest{Name: "crash-snap", SourceVolumeId: volID}) }()
+	go func() {
+		_, _ = p.ctrl.CreateSnapshot(ctx, &csi.CreateSnapshotRequest{Name: "crash-snap", SourceVolumeId: volID})
+	}()
 	if !waitForPath(tempPath(snapPath), 10*time.Second) {
 		t.Fatal("snapshot copy never started")
 	}
