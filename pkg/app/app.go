@@ -1,0 +1,172 @@
+// Package app holds what both of Shutter's long-running components do around their reconcilers:
+// the API client configuration, leader election on a Lease, and the HTTP endpoint with /metrics
+// and health checks. Each cmd/ main parses flags into an Options struct and calls its package's
+// Run, which uses these.
+package app
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"net/http"
+	"os"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"k8s.io/apiserver/pkg/server/healthz"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
+	"k8s.io/client-go/tools/leaderelection"
+	"k8s.io/client-go/tools/leaderelection/resourcelock"
+	"k8s.io/klog/v2"
+)
+
+// ClientOptions configure the connection to the API server.
+type ClientOptions struct {
+	Kubeconfig string
+	QPS        float64
+	Burst      int
+}
+
+// AddFlags registers --kubeconfig, --kube-api-qps and --kube-api-burst with the given defaults.
+func (o *ClientOptions) AddFlags(fs *flag.FlagSet, qps float64, burst int) {
+	fs.StringVar(&o.Kubeconfig, "kubeconfig", "", "Path to a kubeconfig; empty means in-cluster configuration.")
+	fs.Float64Var(&o.QPS, "kube-api-qps", qps, "Queries per second to the API server, for all of this component's clients together.")
+	fs.IntVar(&o.Burst, "kube-api-burst", burst, "Burst of queries to the API server above --kube-api-qps.")
+}
+
+// Config builds the client configuration.
+func (o ClientOptions) Config(userAgent string) (*rest.Config, error) {
+	var cfg *rest.Config
+	var err error
+	if o.Kubeconfig != "" {
+		cfg, err = clientcmd.BuildConfigFromFlags("", o.Kubeconfig)
+	} else {
+		cfg, err = rest.InClusterConfig()
+	}
+	if err != nil {
+		return nil, fmt.Errorf("API client configuration: %w", err)
+	}
+	cfg.QPS, cfg.Burst = float32(o.QPS), o.Burst
+	cfg.UserAgent = userAgent
+	return cfg, nil
+}
+
+// LeaderElectionOptions configure leader election on a coordination.k8s.io Lease.
+type LeaderElectionOptions struct {
+	Enabled                                   bool
+	Namespace                                 string
+	LeaseDuration, RenewDeadline, RetryPeriod time.Duration
+}
+
+// AddFlags registers the --leader-election flags.
+func (o *LeaderElectionOptions) AddFlags(fs *flag.FlagSet) {
+	fs.BoolVar(&o.Enabled, "leader-election", false, "Run only while holding a Lease, so several replicas can run for availability.")
+	fs.StringVar(&o.Namespace, "leader-election-namespace", "", "Namespace of the Lease; empty means this pod's namespace.")
+	fs.DurationVar(&o.LeaseDuration, "leader-election-lease-duration", 15*time.Second, "How long a Lease holds without renewal before another replica may take it.")
+	fs.DurationVar(&o.RenewDeadline, "leader-election-renew-deadline", 10*time.Second, "How long the leader keeps retrying to renew before it gives up leadership.")
+	fs.DurationVar(&o.RetryPeriod, "leader-election-retry-period", 5*time.Second, "How often replicas try to take or renew the Lease.")
+}
+
+// Elector runs a function while this process holds the Lease. Its Check is the
+// /healthz/leader-election check.
+type Elector struct {
+	opts     LeaderElectionOptions
+	name     string
+	watchdog *leaderelection.HealthzAdaptor
+}
+
+// NewElector prepares leader election on the Lease named name.
+func NewElector(opts LeaderElectionOptions, name string) *Elector {
+	return &Elector{opts: opts, name: name, watchdog: leaderelection.NewLeaderHealthzAdaptor(opts.RenewDeadline)}
+}
+
+// Check is the health check that fails when the leader stopped renewing its Lease.
+func (e *Elector) Check() healthz.HealthChecker { return e.watchdog }
+
+// Run calls run while leading, or at once when leader election is off. It returns when ctx is
+// done and run has returned; the Lease is released on the way out.
+func (e *Elector) Run(ctx context.Context, cs kubernetes.Interface, run func(ctx context.Context)) error {
+	if !e.opts.Enabled {
+		run(ctx)
+		return nil
+	}
+	logger := klog.FromContext(ctx)
+	id, err := os.Hostname()
+	if err != nil {
+		return err
+	}
+	id = fmt.Sprintf("%s_%d", id, os.Getpid())
+	ns := e.opts.Namespace
+	if ns == "" {
+		ns = inClusterNamespace()
+	}
+	lock, err := resourcelock.New(resourcelock.LeasesResourceLock, ns, e.name, cs.CoreV1(), cs.CoordinationV1(),
+		resourcelock.ResourceLockConfig{Identity: id})
+	if err != nil {
+		return err
+	}
+	leaderelection.RunOrDie(ctx, leaderelection.LeaderElectionConfig{
+		Lock: lock, Name: e.name, ReleaseOnCancel: true, WatchDog: e.watchdog,
+		LeaseDuration: e.opts.LeaseDuration, RenewDeadline: e.opts.RenewDeadline, RetryPeriod: e.opts.RetryPeriod,
+		Callbacks: leaderelection.LeaderCallbacks{
+			OnStartedLeading: func(ctx context.Context) {
+				logger.Info("Became leader", "lease", klog.KRef(ns, e.name), "identity", id)
+				run(ctx)
+			},
+			OnStoppedLeading: func() { logger.Info("Stopped leading", "lease", klog.KRef(ns, e.name)) },
+			OnNewLeader: func(leader string) {
+				if leader != id {
+					logger.Info("Another replica leads", "leader", leader)
+				}
+			},
+		},
+	})
+	if ctx.Err() == nil {
+		return errors.New("lost leadership")
+	}
+	return nil
+}
+
+func inClusterNamespace() string {
+	data, err := os.ReadFile("/var/run/secrets/kubernetes.io/serviceaccount/namespace")
+	if err != nil || len(data) == 0 {
+		return "default"
+	}
+	return string(data)
+}
+
+// Registry is the Prometheus registry the components register their metrics with; it carries
+// the Go and process collectors.
+func Registry() *prometheus.Registry {
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	return reg
+}
+
+// ServeHTTP serves /metrics from reg, /healthz and /healthz/<check> on addr until ctx is done.
+// An empty addr serves nothing.
+func ServeHTTP(ctx context.Context, addr string, reg prometheus.Gatherer, checks ...healthz.HealthChecker) error {
+	if addr == "" {
+		return nil
+	}
+	mux := http.NewServeMux()
+	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
+	healthz.InstallHandler(mux, append([]healthz.HealthChecker{healthz.PingHealthz}, checks...)...)
+	srv := &http.Server{Addr: addr, Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+	errCh := make(chan error, 1)
+	go func() { errCh <- srv.ListenAndServe() }()
+	klog.FromContext(ctx).Info("Serving metrics and health checks", "address", addr)
+	select {
+	case err := <-errCh:
+		return fmt.Errorf("HTTP endpoint %s: %w", addr, err)
+	case <-ctx.Done():
+		shutdownCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+		defer cancel()
+		return srv.Shutdown(shutdownCtx)
+	}
+}
