@@ -82,7 +82,7 @@ func (p *driverProcess) kill(t *testing.T) {
 }
 
 // fillVolume writes size bytes of non-repeating data into a backing file.
-func fillVolume(t *testing.T, path string, size int64) []byte {
+func fillVolume(t testing.TB, path string, size int64) []byte {
 	t.Helper()
 	f, err := os.OpenFile(path, os.O_WRONLY, 0)
 	if err != nil {

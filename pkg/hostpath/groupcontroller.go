@@ -108,15 +108,14 @@ func (d *Driver) cutGroup(gid, name string, sources []string) (state.GroupSnapsh
 	errs := make([]error, len(members))
 	var wg sync.WaitGroup
 	for i, m := range members {
-		wg.Go(func() { errs[i] = d.cutSnapshot(m) })
+		wg.Go(func() { errs[i] = d.takeSnapshot(m) })
 	}
 	wg.Wait()
 	g := state.GroupSnapshot{ID: gid, Name: name, SourceVolumeIDs: sources, CreatedAt: created}
-	err := firstError(errs)
-	for i := 0; err == nil && i < len(members); i++ {
-		err = d.snapshots.Put(members[i].ID, members[i])
-		g.SnapshotIDs = append(g.SnapshotIDs, members[i].ID)
+	for _, m := range members {
+		g.SnapshotIDs = append(g.SnapshotIDs, m.ID)
 	}
+	err := firstError(errs)
 	if err == nil {
 		err = d.groups.Put(gid, g)
 	}

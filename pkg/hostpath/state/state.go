@@ -141,6 +141,53 @@ func (t *Table[T]) Put(id string, rec T) error {
 	return nil
 }
 
+// Staged is a record written to a temporary file and flushed, but not yet
+// in place. Commit renames it into place; the caller then flushes the
+// directory with Table.SyncDir before relying on it. Staging lets a caller
+// overlap the record's flush with other I/O.
+type Staged[T any] struct {
+	t    *Table[T]
+	id   string
+	rec  T
+	temp string
+}
+
+// Stage writes rec for id to a flushed temporary file.
+func (t *Table[T]) Stage(id string, rec T) (*Staged[T], error) {
+	data, err := json.Marshal(rec)
+	if err != nil {
+		return nil, fmt.Errorf("encode record %s: %w", id, err)
+	}
+	temp, err := writeTemp(t.dir, id+recordSuffix, data, t.sync)
+	if err != nil {
+		return nil, err
+	}
+	return &Staged[T]{t: t, id: id, rec: rec, temp: temp}, nil
+}
+
+// Commit renames the staged record into place and updates the index.
+func (s *Staged[T]) Commit() error {
+	if err := os.Rename(s.temp, filepath.Join(s.t.dir, s.id+recordSuffix)); err != nil {
+		_ = os.Remove(s.temp)
+		return fmt.Errorf("rename temp file: %w", err)
+	}
+	s.t.mu.Lock()
+	s.t.records[s.id] = s.rec
+	s.t.mu.Unlock()
+	return nil
+}
+
+// Abort removes the staged record's temporary file.
+func (s *Staged[T]) Abort() { _ = os.Remove(s.temp) }
+
+// SyncDir flushes the table's directory when the table syncs.
+func (t *Table[T]) SyncDir() error {
+	if !t.sync {
+		return nil
+	}
+	return SyncDir(t.dir)
+}
+
 // Delete durably removes the record stored under id. Deleting a missing
 // record is not an error.
 func (t *Table[T]) Delete(id string) error {
@@ -162,11 +209,28 @@ func (t *Table[T]) Delete(id string) error {
 // WriteFileAtomic replaces path with data: it writes a temporary file in the
 // same directory, flushes it (when sync is true), renames it over path and
 // flushes the directory.
-func WriteFileAtomic(path string, data []byte, sync bool) (err error) {
+func WriteFileAtomic(path string, data []byte, sync bool) error {
 	dir := filepath.Dir(path)
-	f, err := os.CreateTemp(dir, tempPrefix+filepath.Base(path)+"-*")
+	temp, err := writeTemp(dir, filepath.Base(path), data, sync)
 	if err != nil {
-		return fmt.Errorf("create temp file: %w", err)
+		return err
+	}
+	if err := os.Rename(temp, path); err != nil {
+		_ = os.Remove(temp)
+		return fmt.Errorf("rename temp file: %w", err)
+	}
+	if sync {
+		return SyncDir(dir)
+	}
+	return nil
+}
+
+// writeTemp writes data to a new temporary file in dir, named after base,
+// flushes it when sync is true and returns its path.
+func writeTemp(dir, base string, data []byte, sync bool) (path string, err error) {
+	f, err := os.CreateTemp(dir, tempPrefix+base+"-*")
+	if err != nil {
+		return "", fmt.Errorf("create temp file: %w", err)
 	}
 	defer func() {
 		if err != nil {
@@ -175,24 +239,18 @@ func WriteFileAtomic(path string, data []byte, sync bool) (err error) {
 	}()
 	if _, err = f.Write(data); err != nil {
 		_ = f.Close()
-		return fmt.Errorf("write temp file: %w", err)
+		return "", fmt.Errorf("write temp file: %w", err)
 	}
 	if sync {
 		if err = f.Sync(); err != nil {
 			_ = f.Close()
-			return fmt.Errorf("sync temp file: %w", err)
+			return "", fmt.Errorf("sync temp file: %w", err)
 		}
 	}
 	if err = f.Close(); err != nil {
-		return fmt.Errorf("close temp file: %w", err)
+		return "", fmt.Errorf("close temp file: %w", err)
 	}
-	if err = os.Rename(f.Name(), path); err != nil {
-		return fmt.Errorf("rename temp file: %w", err)
-	}
-	if sync {
-		return SyncDir(dir)
-	}
-	return nil
+	return f.Name(), nil
 }
 
 // SyncDir flushes a directory so that entries created, renamed or removed
