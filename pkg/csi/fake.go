@@ -1,0 +1,218 @@
+package csi
+
+import (
+	"context"
+	"fmt"
+	"maps"
+	"slices"
+	"sync"
+	"time"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+)
+
+// Fake is an in-memory Client for tests. Snapshots are ready when cut unless NotReady is set;
+// Errors make the next calls of a method fail. Calls records every call by method name.
+type Fake struct {
+	mu sync.Mutex
+	// Name and Caps are returned by DriverName and Capabilities.
+	Name string
+	Caps Capabilities
+	// NotReady makes new snapshots and group snapshots not ready to use until it is cleared.
+	NotReady bool
+	// Errors holds, per method name ("CreateSnapshot", ...), errors the next calls return in order.
+	Errors map[string][]error
+	// Calls lists the methods called, in order; Requests the create requests.
+	Calls    []string
+	Requests []CreateSnapshotRequest
+	// Secrets holds the secrets each call was given, by method name, last call wins.
+	Secrets map[string]map[string]string
+
+	snapshots map[string]*Snapshot
+	groups    map[string]*GroupSnapshot
+	now       time.Time
+}
+
+var _ Client = (*Fake)(nil)
+
+// NewFake returns a fake driver named name with every capability.
+func NewFake(name string) *Fake {
+	return &Fake{
+		Name:      name,
+		Caps:      Capabilities{CreateDeleteSnapshot: true, ListSnapshots: true, GetSnapshot: true, GroupSnapshots: true},
+		Errors:    map[string][]error{},
+		Secrets:   map[string]map[string]string{},
+		snapshots: map[string]*Snapshot{},
+		groups:    map[string]*GroupSnapshot{},
+		now:       time.Date(2025, 1, 2, 3, 4, 5, 0, time.UTC),
+	}
+}
+
+// DriverName implements Client.
+func (f *Fake) DriverName() string { return f.Name }
+
+// Capabilities implements Client.
+func (f *Fake) Capabilities() Capabilities { return f.Caps }
+
+// call records a call and returns the error queued for it, if any. f.mu is held.
+func (f *Fake) call(method string, secrets map[string]string) error {
+	f.Calls = append(f.Calls, method)
+	f.Secrets[method] = maps.Clone(secrets)
+	if errs := f.Errors[method]; len(errs) > 0 {
+		f.Errors[method] = errs[1:]
+		return errs[0]
+	}
+	return nil
+}
+
+// CountCalls returns how many times method was called.
+func (f *Fake) CountCalls(method string) int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	n := 0
+	for _, c := range f.Calls {
+		if c == method {
+			n++
+		}
+	}
+	return n
+}
+
+// SetReady makes every snapshot ready to use.
+func (f *Fake) SetReady() {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.NotReady = false
+	for _, s := range f.snapshots {
+		s.ReadyToUse = true
+	}
+	for _, g := range f.groups {
+		g.ReadyToUse = true
+	}
+}
+
+// AddSnapshot makes the backend know a snapshot (a pre-provisioned one).
+func (f *Fake) AddSnapshot(s Snapshot) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.snapshots[s.ID] = &s
+}
+
+// SnapshotIDs lists the ids of the snapshots the backend holds.
+func (f *Fake) SnapshotIDs() []string {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return slices.Sorted(maps.Keys(f.snapshots))
+}
+
+// CreateSnapshot implements Client.
+func (f *Fake) CreateSnapshot(_ context.Context, req CreateSnapshotRequest) (*Snapshot, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.Requests = append(f.Requests, req)
+	if err := f.call("CreateSnapshot", req.Secrets); err != nil {
+		return nil, err
+	}
+	id := "snap-" + req.Name
+	if s, ok := f.snapshots[id]; ok {
+		if s.SourceVolumeID != req.SourceVolumeID {
+			return nil, status.Errorf(codes.AlreadyExists, "snapshot %s exists for another volume", req.Name)
+		}
+		c := *s
+		return &c, nil
+	}
+	s := &Snapshot{ID: id, SourceVolumeID: req.SourceVolumeID, CreationTime: f.now, SizeBytes: 1 << 20, ReadyToUse: !f.NotReady}
+	f.snapshots[id] = s
+	c := *s
+	return &c, nil
+}
+
+// DeleteSnapshot implements Client.
+func (f *Fake) DeleteSnapshot(_ context.Context, id string, secrets map[string]string) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if err := f.call("DeleteSnapshot", secrets); err != nil {
+		return err
+	}
+	delete(f.snapshots, id)
+	return nil
+}
+
+// GetSnapshot implements Client.
+func (f *Fake) GetSnapshot(_ context.Context, id string, secrets map[string]string) (*Snapshot, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if err := f.call("GetSnapshot", secrets); err != nil {
+		return nil, err
+	}
+	s, ok := f.snapshots[id]
+	if !ok {
+		return nil, nil
+	}
+	c := *s
+	return &c, nil
+}
+
+// CreateGroupSnapshot implements Client.
+func (f *Fake) CreateGroupSnapshot(_ context.Context, req CreateGroupSnapshotRequest) (*GroupSnapshot, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if err := f.call("CreateGroupSnapshot", req.Secrets); err != nil {
+		return nil, err
+	}
+	id := "group-" + req.Name
+	if g, ok := f.groups[id]; ok {
+		return copyGroup(g), nil
+	}
+	g := &GroupSnapshot{ID: id, CreationTime: f.now, ReadyToUse: !f.NotReady}
+	for _, vol := range req.SourceVolumeIDs {
+		g.Snapshots = append(g.Snapshots, Snapshot{
+			ID: fmt.Sprintf("%s-%s", id, vol), SourceVolumeID: vol, GroupID: id,
+			CreationTime: f.now, SizeBytes: 1 << 20, ReadyToUse: !f.NotReady,
+		})
+	}
+	f.groups[id] = g
+	return copyGroup(g), nil
+}
+
+// DeleteGroupSnapshot implements Client.
+func (f *Fake) DeleteGroupSnapshot(_ context.Context, id string, _ []string, secrets map[string]string) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if err := f.call("DeleteGroupSnapshot", secrets); err != nil {
+		return err
+	}
+	delete(f.groups, id)
+	return nil
+}
+
+// GetGroupSnapshot implements Client.
+func (f *Fake) GetGroupSnapshot(_ context.Context, id string, _ []string, secrets map[string]string) (*GroupSnapshot, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if err := f.call("GetGroupSnapshot", secrets); err != nil {
+		return nil, err
+	}
+	g, ok := f.groups[id]
+	if !ok {
+		return nil, nil
+	}
+	return copyGroup(g), nil
+}
+
+// GroupIDs lists the ids of the group snapshots the backend holds.
+func (f *Fake) GroupIDs() []string {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return slices.Sorted(maps.Keys(f.groups))
+}
+
+func copyGroup(g *GroupSnapshot) *GroupSnapshot {
+	c := *g
+	c.Snapshots = slices.Clone(g.Snapshots)
+	for i := range c.Snapshots {
+		c.Snapshots[i].ReadyToUse = g.ReadyToUse
+	}
+	return &c
+}
