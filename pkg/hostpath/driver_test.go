@@ -44,12 +44,11 @@ func newTestEnv(t testing.TB, opts ...func(*Options)) *testEnv {
 	for _, f := range opts {
 		f(&o)
 	}
-	var ctx context.Context
-	if _, ok := t.(*testing.B); ok {
-		// Benchmarks measure the driver, not log formatting.
-		ctx = klog.NewContext(context.Background(), logr.Discard())
-	} else {
-		_, ctx = ktesting.NewTestContext(t)
+	// Benchmarks measure the driver, not log formatting, and a fuzz
+	// target's F must not be used by the server's goroutines.
+	ctx := klog.NewContext(context.Background(), logr.Discard())
+	if tt, ok := t.(*testing.T); ok {
+		_, ctx = ktesting.NewTestContext(tt)
 	}
 	ctx, cancel := context.WithCancel(ctx)
 	d, err := New(ctx, o)
