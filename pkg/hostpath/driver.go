@@ -75,6 +75,7 @@ func Run(ctx context.Context, opts Options) error {
 	if err != nil {
 		return fmt.Errorf("listen on %s: %w", path, err)
 	}
+	defer os.Remove(path)
 	return d.Serve(ctx, lis)
 }
 

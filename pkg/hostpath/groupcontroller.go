@@ -144,13 +144,23 @@ func (s *groupControllerServer) DeleteVolumeGroupSnapshot(ctx context.Context, r
 	if err := checkID("group_snapshot_id", gid); err != nil {
 		return nil, err
 	}
-	release, err := s.d.locks.acquire(groupKey(gid))
+	g, ok := s.d.groups.Get(gid)
+	if !ok {
+		return &csi.DeleteVolumeGroupSnapshotResponse{}, nil
+	}
+	// Members are locked too, so that no restore or metadata stream reads
+	// a member while it is removed. Membership never changes, so reading
+	// the record before locking is safe; it is read again under the lock.
+	keys := []string{groupKey(gid)}
+	for _, id := range g.SnapshotIDs {
+		keys = append(keys, snapshotKey(id))
+	}
+	release, err := s.d.locks.acquire(keys...)
 	if err != nil {
 		return nil, err
 	}
 	defer release()
-	g, ok := s.d.groups.Get(gid)
-	if !ok {
+	if g, ok = s.d.groups.Get(gid); !ok {
 		return &csi.DeleteVolumeGroupSnapshotResponse{}, nil
 	}
 	if err := checkMembers(g, req.GetSnapshotIds()); err != nil {
