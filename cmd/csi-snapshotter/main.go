@@ -1,0 +1,86 @@
+// Command csi-snapshotter is the sidecar that runs next to a CSI driver and turns the driver's
+// VolumeSnapshotContents and VolumeGroupSnapshotContents into CSI snapshot calls.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"os"
+	"os/signal"
+	"syscall"
+
+	"k8s.io/klog/v2"
+
+	"github.com/shutter-csi/shutter/pkg/sidecar"
+)
+
+// version is set at build time with -ldflags "-X main.version=...".
+var version = "devel"
+
+func main() {
+	opts, showVersion, err := parseFlags(os.Args[1:])
+	if errors.Is(err, flag.ErrHelp) {
+		os.Exit(0)
+	}
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "csi-snapshotter: %v\nRun 'csi-snapshotter --help' for usage.\n", err)
+		os.Exit(2)
+	}
+	if showVersion {
+		fmt.Println("csi-snapshotter", version)
+		return
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+	defer stop()
+	logger := klog.Background()
+	ctx = klog.NewContext(ctx, logger)
+	logger.Info("Starting csi-snapshotter", "version", version)
+	if err := sidecar.Run(ctx, opts); err != nil {
+		logger.Error(err, "csi-snapshotter failed")
+		klog.FlushAndExit(klog.ExitFlushTimeout, 1)
+	}
+	klog.Flush()
+}
+
+// parseFlags turns the command line into sidecar options.
+func parseFlags(args []string) (sidecar.Options, bool, error) {
+	opts := sidecar.DefaultOptions()
+	fs := flag.NewFlagSet("csi-snapshotter", flag.ContinueOnError)
+	fs.StringVar(&opts.CSIAddress, "csi-address", opts.CSIAddress, "Unix socket of the CSI driver.")
+	fs.DurationVar(&opts.Timeout, "timeout", opts.Timeout, "Timeout of every CSI call.")
+	fs.StringVar(&opts.SnapshotNamePrefix, "snapshot-name-prefix", opts.SnapshotNamePrefix, "Prefix of the names sent in CreateSnapshot.")
+	fs.IntVar(&opts.SnapshotNameUUIDLength, "snapshot-name-uuid-length", opts.SnapshotNameUUIDLength, "Keep only this many characters of the snapshot UID (dashes removed) in CreateSnapshot names; -1 keeps the UID whole.")
+	fs.StringVar(&opts.GroupSnapshotNamePrefix, "groupsnapshot-name-prefix", opts.GroupSnapshotNamePrefix, "Prefix of the names sent in CreateVolumeGroupSnapshot.")
+	fs.IntVar(&opts.GroupSnapshotNameUUIDLength, "groupsnapshot-name-uuid-length", opts.GroupSnapshotNameUUIDLength, "As --snapshot-name-uuid-length, for group snapshots.")
+	fs.BoolVar(&opts.ExtraCreateMetadata, "extra-create-metadata", false, "Add the snapshot's and content's names to the parameters of create calls.")
+	nodeDeployment := fs.Bool("node-deployment", false, "Run on every node and handle only the contents labelled managed-by this node ($NODE_NAME).")
+	fs.IntVar(&opts.Workers, "worker-threads", opts.Workers, "Number of workers per reconciled kind.")
+	fs.DurationVar(&opts.RetryIntervalStart, "retry-interval-start", opts.RetryIntervalStart, "First retry delay after a failure; doubles per retry.")
+	fs.DurationVar(&opts.RetryIntervalMax, "retry-interval-max", opts.RetryIntervalMax, "Longest retry delay.")
+	fs.DurationVar(&opts.ResyncPeriod, "resync-period", opts.ResyncPeriod, "How often every object is looked at again; 0 disables.")
+	fs.StringVar(&opts.HTTPEndpoint, "http-endpoint", "", "Address serving /metrics and /healthz/leader-election, e.g. :8080; empty serves nothing.")
+	showVersion := fs.Bool("version", false, "Print the version and exit.")
+	opts.Client.AddFlags(fs, opts.Client.QPS, opts.Client.Burst)
+	opts.LeaderElection.AddFlags(fs)
+	klog.InitFlags(fs)
+	if err := fs.Parse(args); err != nil {
+		return opts, false, err
+	}
+	if fs.NArg() > 0 {
+		return opts, false, fmt.Errorf("unexpected arguments: %v", fs.Args())
+	}
+	if *nodeDeployment {
+		if opts.NodeName = os.Getenv("NODE_NAME"); opts.NodeName == "" {
+			return opts, false, errors.New("--node-deployment needs the NODE_NAME environment variable")
+		}
+		if opts.LeaderElection.Enabled {
+			return opts, false, errors.New("--node-deployment and --leader-election exclude each other")
+		}
+	}
+	if opts.Workers <= 0 || opts.Timeout <= 0 || opts.RetryIntervalStart <= 0 || opts.RetryIntervalMax < opts.RetryIntervalStart {
+		return opts, false, errors.New("--worker-threads and --timeout must be positive, and --retry-interval-max at least --retry-interval-start")
+	}
+	return opts, *showVersion, nil
+}

@@ -1,0 +1,169 @@
+package sidecar
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/utils/ptr"
+
+	snapshotv1 "github.com/shutter-csi/shutter/client/apis/volumesnapshot/v1"
+	clientset "github.com/shutter-csi/shutter/client/clientset/versioned"
+	listers "github.com/shutter-csi/shutter/client/listers/volumesnapshot/v1"
+	"github.com/shutter-csi/shutter/pkg/csi"
+	"github.com/shutter-csi/shutter/pkg/protocol"
+)
+
+type content = *snapshotv1.VolumeSnapshotContent
+
+// contentKind adapts VolumeSnapshotContent and the single-snapshot CSI calls.
+type contentKind struct {
+	client   clientset.Interface
+	contents listers.VolumeSnapshotContentLister
+	classes  listers.VolumeSnapshotClassLister
+	csi      csi.Client
+}
+
+var _ kind[content] = contentKind{}
+
+var contentKeys = kindKeys{
+	name:                    "volumeSnapshotContent",
+	beingCreated:            protocol.AnnBeingCreated,
+	beingDeleted:            protocol.AnnBeingDeleted,
+	finalizer:               protocol.ContentBoundFinalizer,
+	deletionSecretName:      protocol.AnnDeletionSecretName,
+	deletionSecretNamespace: protocol.AnnDeletionSecretNamespace,
+	createSecret:            protocol.SnapshotterSecret,
+	readSecret:              protocol.SnapshotterListSecret,
+}
+
+func (contentKind) keys() kindKeys { return contentKeys }
+
+func (k contentKind) get(name string) (content, error) { return k.contents.Get(name) }
+
+func (k contentKind) patch(ctx context.Context, name string, pt types.PatchType, data []byte, opts metav1.PatchOptions, sub ...string) (content, error) {
+	return k.client.SnapshotV1().VolumeSnapshotContents().Patch(ctx, name, pt, data, opts, sub...)
+}
+
+func (contentKind) driver(c content) string { return c.Spec.Driver }
+
+func (contentKind) member(c content) bool {
+	_, ok := c.Annotations[protocol.AnnGroupSnapshotHandle]
+	return ok
+}
+
+func (contentKind) dynamic(c content) bool { return c.Spec.Source.VolumeHandle != nil }
+
+func (contentKind) refUID(c content) types.UID { return c.Spec.VolumeSnapshotRef.UID }
+
+func (contentKind) policy(c content) snapshotv1.DeletionPolicy { return c.Spec.DeletionPolicy }
+
+func (contentKind) created(c content) bool {
+	return c.Status != nil && ptr.Deref(c.Status.SnapshotHandle, "") != ""
+}
+
+func (contentKind) ready(c content) bool {
+	return c.Status != nil && ptr.Deref(c.Status.ReadyToUse, false)
+}
+
+func (contentKind) errorMessage(c content) string {
+	if c.Status == nil || c.Status.Error == nil {
+		return ""
+	}
+	return ptr.Deref(c.Status.Error.Message, "")
+}
+
+func (contentKind) deletable(c content) string {
+	if c.Status != nil {
+		return ptr.Deref(c.Status.SnapshotHandle, "")
+	}
+	return ptr.Deref(c.Spec.Source.SnapshotHandle, "")
+}
+
+func (k contentKind) class(c content) (map[string]string, error) {
+	name := ptr.Deref(c.Spec.VolumeSnapshotClassName, "")
+	if name == "" {
+		return nil, nil
+	}
+	class, err := k.classes.Get(name)
+	if err != nil {
+		return nil, fmt.Errorf("cannot read VolumeSnapshotClass %s: %w", name, err)
+	}
+	return class.Parameters, nil
+}
+
+func (contentKind) templates(c content) protocol.TemplateValues {
+	return protocol.TemplateValues{ContentName: c.Name, SnapshotName: c.Spec.VolumeSnapshotRef.Name, SnapshotNamespace: c.Spec.VolumeSnapshotRef.Namespace}
+}
+
+func (contentKind) extraMetadata(c content) map[string]string {
+	return map[string]string{
+		protocol.ParamSnapshotName:        c.Spec.VolumeSnapshotRef.Name,
+		protocol.ParamSnapshotNamespace:   c.Spec.VolumeSnapshotRef.Namespace,
+		protocol.ParamSnapshotContentName: c.Name,
+	}
+}
+
+func (k contentKind) create(ctx context.Context, c content, req createRequest) (content, error) {
+	s, err := k.csi.CreateSnapshot(ctx, csi.CreateSnapshotRequest{
+		Name: req.name, SourceVolumeID: ptr.Deref(c.Spec.Source.VolumeHandle, ""), Parameters: req.parameters, Secrets: req.secrets,
+	})
+	if err != nil {
+		return nil, err
+	}
+	return withSnapshot(c, s), nil
+}
+
+func (k contentKind) read(ctx context.Context, c content, secrets map[string]string) (content, error) {
+	handle := ptr.Deref(c.Spec.Source.SnapshotHandle, "")
+	s, err := k.csi.GetSnapshot(ctx, handle, secrets)
+	if err != nil {
+		return nil, err
+	}
+	if s == nil {
+		return nil, fmt.Errorf("snapshot handle %s: %w", handle, errUnknownHandle)
+	}
+	return withSnapshot(c, s), nil
+}
+
+func (k contentKind) remove(ctx context.Context, _ content, handle string, secrets map[string]string) error {
+	return k.csi.DeleteSnapshot(ctx, handle, secrets)
+}
+
+// withSnapshot returns c with the driver's answer in status and no error.
+func withSnapshot(c content, s *csi.Snapshot) content {
+	c = c.DeepCopy()
+	if c.Status == nil {
+		c.Status = &snapshotv1.VolumeSnapshotContentStatus{}
+	}
+	c.Status.SnapshotHandle = ptr.To(s.ID)
+	c.Status.ReadyToUse = ptr.To(s.ReadyToUse)
+	c.Status.RestoreSize = ptr.To(s.SizeBytes)
+	c.Status.CreationTime = nil
+	if !s.CreationTime.IsZero() {
+		c.Status.CreationTime = ptr.To(s.CreationTime.UnixNano())
+	}
+	c.Status.Error = nil
+	return c
+}
+
+func (contentKind) withError(c content, msg string, now time.Time) content {
+	c = c.DeepCopy()
+	if c.Status == nil {
+		c.Status = &snapshotv1.VolumeSnapshotContentStatus{}
+	}
+	c.Status.Error = &snapshotv1.VolumeSnapshotError{Time: &metav1.Time{Time: now}, Message: ptr.To(msg)}
+	return c
+}
+
+func (contentKind) withoutHandle(c content) content {
+	c = c.DeepCopy()
+	if c.Status == nil {
+		c.Status = &snapshotv1.VolumeSnapshotContentStatus{}
+	}
+	c.Status.SnapshotHandle = nil
+	c.Status.ReadyToUse = nil
+	return c
+}

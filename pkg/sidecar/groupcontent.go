@@ -1,0 +1,195 @@
+package sidecar
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/utils/ptr"
+
+	groupv1 "github.com/shutter-csi/shutter/client/apis/volumegroupsnapshot/v1"
+	snapshotv1 "github.com/shutter-csi/shutter/client/apis/volumesnapshot/v1"
+	clientset "github.com/shutter-csi/shutter/client/clientset/versioned"
+	grouplisters "github.com/shutter-csi/shutter/client/listers/volumegroupsnapshot/v1"
+	"github.com/shutter-csi/shutter/pkg/csi"
+	"github.com/shutter-csi/shutter/pkg/protocol"
+)
+
+type groupContent = *groupv1.VolumeGroupSnapshotContent
+
+// groupKind adapts VolumeGroupSnapshotContent and the group CSI calls.
+type groupKind struct {
+	client   clientset.Interface
+	contents grouplisters.VolumeGroupSnapshotContentLister
+	classes  grouplisters.VolumeGroupSnapshotClassLister
+	csi      csi.Client
+}
+
+var _ kind[groupContent] = groupKind{}
+
+var groupKeys = kindKeys{
+	name:                    "volumeGroupSnapshotContent",
+	beingCreated:            protocol.AnnGroupBeingCreated,
+	beingDeleted:            protocol.AnnGroupBeingDeleted,
+	finalizer:               protocol.GroupContentBoundFinalizer,
+	deletionSecretName:      protocol.AnnGroupDeletionSecretName,
+	deletionSecretNamespace: protocol.AnnGroupDeletionSecretNamespace,
+	createSecret:            protocol.GroupSecret,
+	readSecret:              protocol.GroupGetSecret,
+}
+
+func (groupKind) keys() kindKeys { return groupKeys }
+
+func (k groupKind) get(name string) (groupContent, error) { return k.contents.Get(name) }
+
+func (k groupKind) patch(ctx context.Context, name string, pt types.PatchType, data []byte, opts metav1.PatchOptions, sub ...string) (groupContent, error) {
+	return k.client.GroupsnapshotV1().VolumeGroupSnapshotContents().Patch(ctx, name, pt, data, opts, sub...)
+}
+
+func (groupKind) driver(g groupContent) string { return g.Spec.Driver }
+
+func (groupKind) member(groupContent) bool { return false }
+
+func (groupKind) dynamic(g groupContent) bool { return g.Spec.Source.GroupSnapshotHandles == nil }
+
+func (groupKind) refUID(g groupContent) types.UID { return g.Spec.VolumeGroupSnapshotRef.UID }
+
+func (groupKind) policy(g groupContent) snapshotv1.DeletionPolicy { return g.Spec.DeletionPolicy }
+
+func (groupKind) created(g groupContent) bool {
+	return g.Status != nil && ptr.Deref(g.Status.VolumeGroupSnapshotHandle, "") != ""
+}
+
+func (groupKind) ready(g groupContent) bool {
+	return g.Status != nil && ptr.Deref(g.Status.ReadyToUse, false)
+}
+
+func (groupKind) errorMessage(g groupContent) string {
+	if g.Status == nil || g.Status.Error == nil {
+		return ""
+	}
+	return ptr.Deref(g.Status.Error.Message, "")
+}
+
+func (groupKind) deletable(g groupContent) string {
+	if g.Status != nil {
+		return ptr.Deref(g.Status.VolumeGroupSnapshotHandle, "")
+	}
+	if h := g.Spec.Source.GroupSnapshotHandles; h != nil {
+		return h.VolumeGroupSnapshotHandle
+	}
+	return ""
+}
+
+// memberHandles are the member snapshot ids of g, from status or from its pre-provisioned source.
+func memberHandles(g groupContent) []string {
+	var ids []string
+	if g.Status != nil {
+		for _, info := range g.Status.VolumeSnapshotInfoList {
+			ids = append(ids, info.SnapshotHandle)
+		}
+	}
+	if len(ids) == 0 && g.Spec.Source.GroupSnapshotHandles != nil {
+		ids = g.Spec.Source.GroupSnapshotHandles.VolumeSnapshotHandles
+	}
+	return ids
+}
+
+func (k groupKind) class(g groupContent) (map[string]string, error) {
+	name := ptr.Deref(g.Spec.VolumeGroupSnapshotClassName, "")
+	if name == "" {
+		return nil, nil
+	}
+	class, err := k.classes.Get(name)
+	if err != nil {
+		return nil, fmt.Errorf("cannot read VolumeGroupSnapshotClass %s: %w", name, err)
+	}
+	return class.Parameters, nil
+}
+
+func (groupKind) templates(g groupContent) protocol.TemplateValues {
+	ref := g.Spec.VolumeGroupSnapshotRef
+	return protocol.TemplateValues{ContentName: g.Name, SnapshotName: ref.Name, SnapshotNamespace: ref.Namespace}
+}
+
+func (groupKind) extraMetadata(g groupContent) map[string]string {
+	return map[string]string{
+		protocol.ParamGroupSnapshotName:        g.Spec.VolumeGroupSnapshotRef.Name,
+		protocol.ParamGroupSnapshotNamespace:   g.Spec.VolumeGroupSnapshotRef.Namespace,
+		protocol.ParamGroupSnapshotContentName: g.Name,
+	}
+}
+
+func (k groupKind) create(ctx context.Context, g groupContent, req createRequest) (groupContent, error) {
+	s, err := k.csi.CreateGroupSnapshot(ctx, csi.CreateGroupSnapshotRequest{
+		Name: req.name, SourceVolumeIDs: g.Spec.Source.VolumeHandles, Parameters: req.parameters, Secrets: req.secrets,
+	})
+	if err != nil {
+		return nil, err
+	}
+	return withGroupSnapshot(g, s), nil
+}
+
+func (k groupKind) read(ctx context.Context, g groupContent, secrets map[string]string) (groupContent, error) {
+	handle := g.Spec.Source.GroupSnapshotHandles.VolumeGroupSnapshotHandle
+	s, err := k.csi.GetGroupSnapshot(ctx, handle, memberHandles(g), secrets)
+	if err != nil {
+		return nil, err
+	}
+	if s == nil {
+		return nil, fmt.Errorf("group snapshot handle %s: %w", handle, errUnknownHandle)
+	}
+	return withGroupSnapshot(g, s), nil
+}
+
+func (k groupKind) remove(ctx context.Context, g groupContent, handle string, secrets map[string]string) error {
+	return k.csi.DeleteGroupSnapshot(ctx, handle, memberHandles(g), secrets)
+}
+
+// withGroupSnapshot returns g with the driver's answer in status and no error.
+func withGroupSnapshot(g groupContent, s *csi.GroupSnapshot) groupContent {
+	g = g.DeepCopy()
+	if g.Status == nil {
+		g.Status = &groupv1.VolumeGroupSnapshotContentStatus{}
+	}
+	g.Status.VolumeGroupSnapshotHandle = ptr.To(s.ID)
+	g.Status.ReadyToUse = ptr.To(s.ReadyToUse)
+	g.Status.CreationTime = nil
+	if !s.CreationTime.IsZero() {
+		g.Status.CreationTime = &metav1.Time{Time: s.CreationTime}
+	}
+	g.Status.VolumeSnapshotInfoList = nil
+	for _, m := range s.Snapshots {
+		info := groupv1.VolumeSnapshotInfo{
+			VolumeHandle: m.SourceVolumeID, SnapshotHandle: m.ID,
+			ReadyToUse: ptr.To(m.ReadyToUse), RestoreSize: ptr.To(m.SizeBytes),
+		}
+		if !m.CreationTime.IsZero() {
+			info.CreationTime = ptr.To(m.CreationTime.UnixNano())
+		}
+		g.Status.VolumeSnapshotInfoList = append(g.Status.VolumeSnapshotInfoList, info)
+	}
+	g.Status.Error = nil
+	return g
+}
+
+func (groupKind) withError(g groupContent, msg string, now time.Time) groupContent {
+	g = g.DeepCopy()
+	if g.Status == nil {
+		g.Status = &groupv1.VolumeGroupSnapshotContentStatus{}
+	}
+	g.Status.Error = &snapshotv1.VolumeSnapshotError{Time: &metav1.Time{Time: now}, Message: ptr.To(msg)}
+	return g
+}
+
+func (groupKind) withoutHandle(g groupContent) groupContent {
+	g = g.DeepCopy()
+	if g.Status == nil {
+		g.Status = &groupv1.VolumeGroupSnapshotContentStatus{}
+	}
+	g.Status.VolumeGroupSnapshotHandle = nil
+	g.Status.ReadyToUse = nil
+	return g
+}

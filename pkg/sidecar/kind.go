@@ -1,0 +1,98 @@
+package sidecar
+
+import (
+	"context"
+	"errors"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
+
+	snapshotv1 "github.com/shutter-csi/shutter/client/apis/volumesnapshot/v1"
+	"github.com/shutter-csi/shutter/pkg/protocol"
+)
+
+// object is what the sidecar reconciles: a VolumeSnapshotContent or a
+// VolumeGroupSnapshotContent, as a pointer that deep-copies to its own type.
+type object[T any] interface {
+	metav1.Object
+	runtime.Object
+	DeepCopy() T
+}
+
+// kind is everything that differs between a content and a group content. The reconciler and
+// its transitions are written once against it; each kind's file adapts its API type and its
+// CSI calls. Methods that return T return a changed deep copy and never change their argument.
+type kind[T object[T]] interface {
+	// keys are the protocol keys of this kind.
+	keys() kindKeys
+	// get reads the object from the informer's lister.
+	get(name string) (T, error)
+	// patch is the generated client's Patch.
+	patch(ctx context.Context, name string, pt types.PatchType, data []byte, opts metav1.PatchOptions, subresources ...string) (T, error)
+
+	// driver is spec.driver.
+	driver(obj T) string
+	// member tells whether obj is a member of a group snapshot: no CSI call is ever made for it.
+	member(obj T) bool
+	// dynamic tells whether obj asks for a new backend snapshot (a volume source), as opposed
+	// to importing an existing one (a handle source).
+	dynamic(obj T) bool
+	// refUID is the uid of the bound (group) snapshot; empty while unbound.
+	refUID(obj T) types.UID
+	// policy is spec.deletionPolicy.
+	policy(obj T) snapshotv1.DeletionPolicy
+	// created tells whether status records a backend handle.
+	created(obj T) bool
+	// ready tells whether status says readyToUse.
+	ready(obj T) bool
+	// errorMessage is status.error.message, "" for none.
+	errorMessage(obj T) string
+	// deletable is the backend handle that deletion must remove, "" for none: the status handle
+	// once status exists, else the handle a pre-provisioned object names.
+	deletable(obj T) string
+	// class returns the parameters of obj's class; nil when obj names no class.
+	class(obj T) (map[string]string, error)
+	// templates are the values secret templates may refer to.
+	templates(obj T) protocol.TemplateValues
+	// extraMetadata are the parameters --extra-create-metadata adds.
+	extraMetadata(obj T) map[string]string
+
+	// create asks the driver to make the backend snapshot and returns obj with its status.
+	create(ctx context.Context, obj T, req createRequest) (T, error)
+	// read asks the driver about the backend snapshot obj names and returns obj with its
+	// status, or errUnknownHandle.
+	read(ctx context.Context, obj T, secrets map[string]string) (T, error)
+	// remove asks the driver to delete the backend snapshot with handle.
+	remove(ctx context.Context, obj T, handle string, secrets map[string]string) error
+
+	// withError returns obj with status.error set to msg at now.
+	withError(obj T, msg string, now time.Time) T
+	// withoutHandle returns obj with the backend handle and readiness cleared from status.
+	withoutHandle(obj T) T
+}
+
+// kindKeys are the protocol keys and names of one kind.
+type kindKeys struct {
+	// name is the kind's name in logs, events and metrics.
+	name string
+	// beingCreated, beingDeleted and finalizer are the annotations and finalizer of the kind.
+	beingCreated, beingDeleted, finalizer string
+	// deletionSecretName and deletionSecretNamespace are the annotations naming the secret for
+	// deletion.
+	deletionSecretName, deletionSecretNamespace string
+	// createSecret names the secret for create and delete, readSecret the one for reading a
+	// pre-provisioned snapshot.
+	createSecret, readSecret protocol.SecretParams
+}
+
+// createRequest is what the driver needs to make a backend snapshot.
+type createRequest struct {
+	name       string
+	parameters map[string]string
+	secrets    map[string]string
+}
+
+// errUnknownHandle: the driver does not know the handle a pre-provisioned object names.
+var errUnknownHandle = errors.New("the CSI driver does not know this snapshot handle")

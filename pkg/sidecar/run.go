@@ -1,0 +1,153 @@
+package sidecar
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"sync"
+	"time"
+
+	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
+	apiextensions "k8s.io/apiextensions-apiserver/pkg/client/clientset/clientset"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/klog/v2"
+
+	groupv1 "github.com/shutter-csi/shutter/client/apis/volumegroupsnapshot/v1"
+	snapshotv1 "github.com/shutter-csi/shutter/client/apis/volumesnapshot/v1"
+	informers "github.com/shutter-csi/shutter/client/informers/externalversions"
+	"github.com/shutter-csi/shutter/pkg/controller"
+	"github.com/shutter-csi/shutter/pkg/protocol"
+)
+
+// Names of the CRDs the sidecar looks at, and the JSONPath a CRD must declare as a selectable
+// field for the sidecar to watch only its driver's objects on the server side.
+const (
+	contentCRD      = "volumesnapshotcontents." + snapshotv1.GroupName
+	groupContentCRD = "volumegroupsnapshotcontents." + groupv1.GroupName
+	driverField     = ".spec.driver"
+)
+
+// run starts the informers and the reconcilers and blocks until ctx is done.
+func (s *sidecar) run(ctx context.Context) {
+	logger := klog.FromContext(ctx)
+	recorder, stop := s.recorder(ctx)
+	defer stop()
+	crds := s.installedCRDs(ctx)
+	selectable := true
+	for _, ok := range crds {
+		selectable = selectable && ok
+	}
+	watched := informers.NewSharedInformerFactoryWithOptions(s.snapshots, 0, informers.WithTweakListOptions(s.listOptions(selectable)))
+	classes := informers.NewSharedInformerFactory(s.snapshots, 0)
+
+	contents := watched.Snapshot().V1().VolumeSnapshotContents()
+	ck := contentKind{client: s.snapshots, csi: s.csi, contents: contents.Lister(),
+		classes: classes.Snapshot().V1().VolumeSnapshotClasses().Lister()}
+	var runs []func()
+	runs = append(runs, start(ctx, newReconciler(ck, s.config(false), s.kube, recorder, s.metrics),
+		contents.Informer(), "volumesnapshotcontents", s.opts.ResyncPeriod))
+
+	switch _, groupCRD := crds[groupContentCRD]; {
+	case !s.csi.Capabilities().GroupSnapshots:
+		logger.V(2).Info("The driver does not take group snapshots; not watching group contents")
+	case !groupCRD:
+		logger.Info("The VolumeGroupSnapshotContent CRD is not installed; not watching group contents until restarted")
+	default:
+		gcontents := watched.Groupsnapshot().V1().VolumeGroupSnapshotContents()
+		gk := groupKind{client: s.snapshots, csi: s.csi, contents: gcontents.Lister(),
+			classes: classes.Groupsnapshot().V1().VolumeGroupSnapshotClasses().Lister()}
+		runs = append(runs, start(ctx, newReconciler(gk, s.config(true), s.kube, recorder, s.metrics),
+			gcontents.Informer(), "volumegroupsnapshotcontents", s.opts.ResyncPeriod))
+	}
+	watched.Start(ctx.Done())
+	classes.Start(ctx.Done())
+	defer watched.Shutdown()
+	defer classes.Shutdown()
+	for typ, ok := range watched.WaitForCacheSync(ctx.Done()) {
+		if !ok {
+			logger.Error(nil, "Informer did not sync", "type", typ)
+			return
+		}
+	}
+	classes.WaitForCacheSync(ctx.Done())
+	logger.Info("Sidecar started", "driver", s.csi.DriverName(), "node", s.opts.NodeName)
+	var wg sync.WaitGroup
+	for _, run := range runs {
+		wg.Go(run)
+	}
+	wg.Wait()
+}
+
+// start wires one reconciler to its informer and a queue and returns the function that runs
+// its workers and resync until ctx is done.
+func start[T object[T]](ctx context.Context, r *reconciler[T], informer cache.SharedIndexInformer, name string, resync time.Duration) func() {
+	q := controller.NewQueue(name, controller.Options{RetryStart: r.cfg.retryStart, RetryMax: r.cfg.retryMax}, r.sync)
+	add := func(obj T) {
+		if r.mine(obj) {
+			q.Add(controller.KeyOf(obj))
+		}
+	}
+	if _, err := informer.AddEventHandler(controller.Handler(r.writes, add)); err != nil {
+		klog.FromContext(ctx).Error(err, "Cannot watch", "queue", name)
+	}
+	return func() {
+		go controller.Resync(ctx, q, resync, func() []controller.Key {
+			var keys []controller.Key
+			for _, obj := range informer.GetStore().List() {
+				if o, ok := obj.(T); ok && r.mine(o) {
+					keys = append(keys, controller.KeyOf(o))
+				}
+			}
+			return keys
+		})
+		q.Run(ctx, r.cfg.workers)
+	}
+}
+
+// listOptions limit the watch to this node's objects (--node-deployment) and, when every
+// installed content CRD declares spec.driver selectable, to this driver's objects. Otherwise
+// other drivers' objects are filtered out on arrival.
+func (s *sidecar) listOptions(driverSelectable bool) func(*metav1.ListOptions) {
+	return func(o *metav1.ListOptions) {
+		if s.opts.NodeName != "" {
+			o.LabelSelector = labels.SelectorFromSet(labels.Set{protocol.LabelManagedBy: s.opts.NodeName}).String()
+		}
+		if driverSelectable {
+			o.FieldSelector = fields.OneTermEqualSelector("spec.driver", s.csi.DriverName()).String()
+		}
+	}
+}
+
+// installedCRDs reads which of the content CRDs are installed: each present one maps to
+// whether it declares spec.driver as a selectable field in v1. The driver field selector is used
+// only when all present ones do. Without permission to read CRDs, both are assumed present and
+// not selectable.
+func (s *sidecar) installedCRDs(ctx context.Context) map[string]bool {
+	logger := klog.FromContext(ctx)
+	assumed := map[string]bool{contentCRD: false, groupContentCRD: false}
+	cs, err := apiextensions.NewForConfig(s.cfg)
+	if err != nil {
+		return assumed
+	}
+	out := map[string]bool{}
+	for _, name := range []string{contentCRD, groupContentCRD} {
+		crd, err := cs.ApiextensionsV1().CustomResourceDefinitions().Get(ctx, name, metav1.GetOptions{})
+		if err != nil {
+			logger.V(2).Info("Cannot read CRD, filtering by driver on arrival", "crd", name, "err", err)
+			if name == contentCRD || !apierrors.IsNotFound(err) {
+				out[name] = false
+			}
+			continue
+		}
+		i := slices.IndexFunc(crd.Spec.Versions, func(v apiextensionsv1.CustomResourceDefinitionVersion) bool { return v.Name == "v1" })
+		out[name] = i >= 0 && slices.ContainsFunc(crd.Spec.Versions[i].SelectableFields, func(f apiextensionsv1.SelectableField) bool {
+			return f.JSONPath == driverField
+		})
+	}
+	logger.V(2).Info("Content CRDs", "selectableDriver", fmt.Sprint(out))
+	return out
+}

@@ -1,0 +1,155 @@
+// Package sidecar is csi-snapshotter: it runs next to a CSI driver and turns the
+// VolumeSnapshotContents and VolumeGroupSnapshotContents of that driver into CSI calls, following
+// the public protocol between a snapshot controller and a snapshotter sidecar.
+package sidecar
+
+import (
+	"context"
+	"strings"
+	"sync"
+	"time"
+
+	csimetrics "github.com/kubernetes-csi/csi-lib-utils/metrics"
+	"github.com/prometheus/client_golang/prometheus"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/client-go/kubernetes"
+	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/record"
+	"k8s.io/klog/v2"
+
+	clientset "github.com/shutter-csi/shutter/client/clientset/versioned"
+	"github.com/shutter-csi/shutter/client/clientset/versioned/scheme"
+	"github.com/shutter-csi/shutter/pkg/app"
+	"github.com/shutter-csi/shutter/pkg/csi"
+	"github.com/shutter-csi/shutter/pkg/protocol"
+)
+
+// Options configure the sidecar; cmd/csi-snapshotter fills them from flags.
+type Options struct {
+	// CSIAddress is the driver's Unix socket; Timeout bounds every CSI call.
+	CSIAddress string
+	Timeout    time.Duration
+
+	SnapshotNamePrefix          string
+	SnapshotNameUUIDLength      int
+	GroupSnapshotNamePrefix     string
+	GroupSnapshotNameUUIDLength int
+	// ExtraCreateMetadata adds the snapshot and content names to CreateSnapshot parameters.
+	ExtraCreateMetadata bool
+	// NodeName, when set (--node-deployment), limits the sidecar to objects labelled
+	// managed-by this node.
+	NodeName string
+
+	Workers                              int
+	RetryIntervalStart, RetryIntervalMax time.Duration
+	ResyncPeriod                         time.Duration
+
+	Client         app.ClientOptions
+	LeaderElection app.LeaderElectionOptions
+	// HTTPEndpoint serves /metrics and /healthz/leader-election; empty serves nothing.
+	HTTPEndpoint string
+
+	// Config, when set, is used instead of Client (tests wrap its transport).
+	Config *rest.Config
+}
+
+// DefaultOptions are the defaults of the command line.
+func DefaultOptions() Options {
+	return Options{
+		CSIAddress:                  "/run/csi/socket",
+		Timeout:                     time.Minute,
+		SnapshotNamePrefix:          protocol.DefaultSnapshotNamePrefix,
+		SnapshotNameUUIDLength:      -1,
+		GroupSnapshotNamePrefix:     protocol.DefaultGroupSnapshotNamePrefix,
+		GroupSnapshotNameUUIDLength: -1,
+		Workers:                     10,
+		RetryIntervalStart:          time.Second,
+		RetryIntervalMax:            5 * time.Minute,
+		ResyncPeriod:                15 * time.Minute,
+		Client:                      app.ClientOptions{QPS: 5, Burst: 10},
+	}
+}
+
+// Run connects to the driver and reconciles its objects until ctx is done.
+func Run(ctx context.Context, opts Options) error {
+	logger := klog.FromContext(ctx)
+	csiMetrics := csimetrics.NewCSIMetricsManagerForSidecar("")
+	driver, err := csi.Connect(ctx, csi.ConnectOptions{Address: opts.CSIAddress, Timeout: opts.Timeout, Metrics: csiMetrics})
+	if err != nil {
+		return err
+	}
+	defer func() { _ = driver.Close() }()
+	cfg := opts.Config
+	if cfg == nil {
+		if cfg, err = opts.Client.Config("csi-snapshotter/" + driver.DriverName()); err != nil {
+			return err
+		}
+	}
+	kube, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		return err
+	}
+	snapshots, err := clientset.NewForConfig(cfg)
+	if err != nil {
+		return err
+	}
+	reg := app.Registry()
+	s := &sidecar{opts: opts, csi: driver, kube: kube, snapshots: snapshots, metrics: newMetrics(reg), cfg: cfg}
+	elector := app.NewElector(opts.LeaderElection, LeaseName(driver.DriverName()))
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		if err := app.ServeHTTP(ctx, opts.HTTPEndpoint, prometheus.Gatherers{reg, csiMetrics.GetRegistry()}, elector.Check()); err != nil {
+			logger.Error(err, "HTTP endpoint failed")
+		}
+	})
+	defer wg.Wait()
+	return elector.Run(ctx, kube, s.run)
+}
+
+// LeaseName is the leader election Lease of the sidecars of driver.
+func LeaseName(driver string) string {
+	name := strings.Map(func(r rune) rune {
+		if r >= 'a' && r <= 'z' || r >= '0' && r <= '9' || r == '-' || r == '.' {
+			return r
+		}
+		if r >= 'A' && r <= 'Z' {
+			return r + 'a' - 'A'
+		}
+		return '-'
+	}, driver)
+	return "shutter-snapshotter-" + strings.Trim(name, "-.")
+}
+
+// sidecar holds what the reconcilers share while running.
+type sidecar struct {
+	opts      Options
+	cfg       *rest.Config
+	csi       csi.Client
+	kube      kubernetes.Interface
+	snapshots clientset.Interface
+	metrics   *metrics
+}
+
+// recorder starts an event broadcaster for the driver's events; stop ends it.
+func (s *sidecar) recorder(ctx context.Context) (rec record.EventRecorder, stop func()) {
+	b := record.NewBroadcaster(record.WithContext(ctx))
+	b.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: s.kube.CoreV1().Events("")})
+	return b.NewRecorder(scheme.Scheme, corev1.EventSource{Component: "csi-snapshotter " + s.csi.DriverName()}), b.Shutdown
+}
+
+// config is the reconciler configuration for single snapshots (group: true for groups).
+func (s *sidecar) config(group bool) config {
+	c := config{
+		driver: s.csi.DriverName(), node: s.opts.NodeName, extraCreateMetadata: s.opts.ExtraCreateMetadata,
+		namePrefix: s.opts.SnapshotNamePrefix, uuidLength: s.opts.SnapshotNameUUIDLength,
+		retryStart: s.opts.RetryIntervalStart, retryMax: s.opts.RetryIntervalMax, workers: s.opts.Workers,
+	}
+	if group {
+		c.namePrefix, c.uuidLength = s.opts.GroupSnapshotNamePrefix, s.opts.GroupSnapshotNameUUIDLength
+	}
+	if c.workers <= 0 {
+		c.workers = 1
+	}
+	return c
+}
