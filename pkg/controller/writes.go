@@ -52,6 +52,15 @@ func (w *Writes[T]) Latest(listed T) T {
 	return listed
 }
 
+// Get returns this component's last write of key while the informer has not caught up with it:
+// an object it created that the lister does not show yet.
+func (w *Writes[T]) Get(key Key) (T, bool) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	obj, ok := w.objects[key]
+	return obj, ok
+}
+
 // Caused tells whether obj is exactly the result of this component's last write of it.
 func (w *Writes[T]) Caused(obj T) bool {
 	w.mu.Lock()

@@ -72,18 +72,32 @@ func Start(t testing.TB) *Env {
 	return env
 }
 
-func start() (*Env, error) {
+// StartDedicated is Start for test binaries that run a cluster-wide controller: they always get a
+// control plane of their own, so that their controller never acts on other packages' objects.
+func StartDedicated(t testing.TB) *Env {
+	t.Helper()
+	if testing.Short() {
+		t.Skip("needs a control plane; skipped with -short")
+	}
+	env, err := start(true)
+	if err != nil {
+		t.Fatalf("local control plane: %v", err)
+	}
+	return env
+}
+
+func start(dedicated ...bool) (*Env, error) {
 	shared.Lock()
 	defer shared.Unlock()
 	if shared.env != nil || shared.err != nil {
 		return shared.env, shared.err
 	}
-	shared.env, shared.err = startLocked()
+	shared.env, shared.err = startLocked(len(dedicated) > 0 && dedicated[0])
 	return shared.env, shared.err
 }
 
-func startLocked() (*Env, error) {
-	if path := os.Getenv(KubeconfigEnv); path != "" {
+func startLocked(dedicated bool) (*Env, error) {
+	if path := os.Getenv(KubeconfigEnv); path != "" && !dedicated {
 		cfg, err := clientcmd.BuildConfigFromFlags("", path)
 		if err != nil {
 			return nil, err

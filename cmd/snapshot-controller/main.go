@@ -1,0 +1,58 @@
+// Command snapshot-controller is the cluster's one snapshot controller: it binds VolumeSnapshots
+// to VolumeSnapshotContents, creates contents for dynamic snapshots and runs deletion and
+// finalizers. CSI drivers' csi-snapshotter sidecars do the backend work.
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"os"
+	"os/signal"
+	"syscall"
+	"time"
+
+	"k8s.io/klog/v2"
+
+	"github.com/shutter-csi/shutter/pkg/snapshot"
+	"github.com/shutter-csi/shutter/pkg/version"
+)
+
+func main() {
+	var opts snapshot.RunOptions
+	fs := flag.NewFlagSet(snapshot.Name, flag.ExitOnError)
+	klog.InitFlags(fs)
+	// Client-side limits sized so that hundreds of snapshots created at once are not throttled;
+	// API Priority and Fairness protects the server. See the README.
+	opts.Client.AddFlags(fs, 200, 400)
+	opts.LeaderElection.AddFlags(fs)
+	fs.StringVar(&opts.HTTPEndpoint, "http-endpoint", "", "Address (host:port) serving /metrics, /healthz and /healthz/leader-election; empty serves nothing.")
+	fs.DurationVar(&opts.RetryCRDIntervalMax, "retry-crd-interval-max", 30*time.Second, "Longest wait between checks for the snapshot CRDs at start; past it the controller exits.")
+	fs.IntVar(&opts.Controller.Workers, "worker-threads", 10, "Workers per queue.")
+	fs.DurationVar(&opts.Controller.Retry.RetryStart, "retry-interval-start", time.Second, "First retry delay of a failed object; doubles on each failure.")
+	fs.DurationVar(&opts.Controller.Retry.RetryMax, "retry-interval-max", 5*time.Minute, "Longest retry delay of a failed object.")
+	fs.DurationVar(&opts.Controller.ResyncPeriod, "resync-period", 15*time.Minute, "How often every object is looked at again as a safety net; 0 disables it.")
+	fs.BoolVar(&opts.Controller.DistributedSnapshotting, "enable-distributed-snapshotting", false, "Label each content with the node of its volume, for node-local sidecars.")
+	fs.BoolVar(&opts.Controller.PreventVolumeModeConversion, "prevent-volume-mode-conversion", true, "Record each content's source volume mode so that restores cannot change it unnoticed.")
+	showVersion := fs.Bool("version", false, "Print the version and exit.")
+	_ = fs.Parse(os.Args[1:])
+	if *showVersion {
+		fmt.Println(snapshot.Name, version.Version)
+		return
+	}
+	if fs.NArg() > 0 {
+		fmt.Fprintf(os.Stderr, "%s: unexpected arguments %v\n", snapshot.Name, fs.Args())
+		os.Exit(2)
+	}
+
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	logger := klog.Background().WithName(snapshot.Name)
+	ctx = klog.NewContext(ctx, logger)
+	logger.Info("Starting", "version", version.Version)
+	if err := snapshot.Run(ctx, opts); err != nil {
+		logger.Error(err, "Exiting")
+		klog.FlushAndExit(klog.ExitFlushTimeout, 1)
+	}
+	klog.Flush()
+}

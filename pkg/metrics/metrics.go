@@ -1,0 +1,95 @@
+// Package metrics names every Prometheus metric Shutter exports and provides the workqueue
+// metrics of the named queues.
+package metrics
+
+import (
+	"sync"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"k8s.io/client-go/util/workqueue"
+)
+
+// Metric names and labels.
+const (
+	Namespace = "shutter"
+
+	OperationDuration = "operation_duration_seconds"
+	SnapshotsNotReady = "snapshots_not_ready"
+	SnapshotsFailed   = "snapshots_failed"
+	SnapshotsDeleting = "snapshots_being_deleted"
+
+	LabelOperation = "operation"
+	LabelStatus    = "status"
+
+	OperationCreate = "CreateSnapshot"
+	OperationDelete = "DeleteSnapshot"
+	StatusSuccess   = "success"
+	StatusFailure   = "failure"
+)
+
+// Operations is the latency of whole snapshot operations, from request to outcome.
+var Operations = prometheus.NewHistogramVec(prometheus.HistogramOpts{
+	Namespace: Namespace, Name: OperationDuration,
+	Help:    "Time from a snapshot operation's request until its outcome.",
+	Buckets: []float64{0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300, 600},
+}, []string{LabelOperation, LabelStatus})
+
+var registerOnce sync.Once
+
+// RegisterWorkqueue makes every workqueue created afterwards report depth, adds, latency, work
+// duration, unfinished work and retries, labelled with the queue's name, to reg.
+func RegisterWorkqueue(reg prometheus.Registerer) {
+	registerOnce.Do(func() {
+		p := &provider{
+			depth:      prometheus.NewGaugeVec(opts("workqueue_depth", "Current depth of the workqueue."), queueLabel),
+			adds:       prometheus.NewCounterVec(prometheus.CounterOpts(opts("workqueue_adds_total", "Keys added.")), queueLabel),
+			latency:    histogram("workqueue_queue_duration_seconds", "Time a key waits before a worker takes it."),
+			work:       histogram("workqueue_work_duration_seconds", "Time a worker spends on a key."),
+			unfinished: prometheus.NewGaugeVec(opts("workqueue_unfinished_work_seconds", "Seconds of work in progress."), queueLabel),
+			longest:    prometheus.NewGaugeVec(opts("workqueue_longest_running_processor_seconds", "Longest running worker."), queueLabel),
+			retries:    prometheus.NewCounterVec(prometheus.CounterOpts(opts("workqueue_retries_total", "Keys retried.")), queueLabel),
+		}
+		reg.MustRegister(p.depth, p.adds, p.latency, p.work, p.unfinished, p.longest, p.retries)
+		workqueue.SetProvider(p)
+	})
+}
+
+var queueLabel = []string{"name"}
+
+func opts(name, help string) prometheus.GaugeOpts {
+	return prometheus.GaugeOpts{Namespace: Namespace, Name: name, Help: help}
+}
+
+func histogram(name, help string) *prometheus.HistogramVec {
+	return prometheus.NewHistogramVec(prometheus.HistogramOpts{
+		Namespace: Namespace, Name: name, Help: help, Buckets: prometheus.ExponentialBuckets(0.001, 4, 10),
+	}, queueLabel)
+}
+
+type provider struct {
+	depth, unfinished, longest *prometheus.GaugeVec
+	adds, retries              *prometheus.CounterVec
+	latency, work              *prometheus.HistogramVec
+}
+
+func (p *provider) NewDepthMetric(name string) workqueue.GaugeMetric {
+	return p.depth.WithLabelValues(name)
+}
+func (p *provider) NewAddsMetric(name string) workqueue.CounterMetric {
+	return p.adds.WithLabelValues(name)
+}
+func (p *provider) NewLatencyMetric(name string) workqueue.HistogramMetric {
+	return p.latency.WithLabelValues(name)
+}
+func (p *provider) NewWorkDurationMetric(name string) workqueue.HistogramMetric {
+	return p.work.WithLabelValues(name)
+}
+func (p *provider) NewUnfinishedWorkSecondsMetric(name string) workqueue.SettableGaugeMetric {
+	return p.unfinished.WithLabelValues(name)
+}
+func (p *provider) NewLongestRunningProcessorSecondsMetric(name string) workqueue.SettableGaugeMetric {
+	return p.longest.WithLabelValues(name)
+}
+func (p *provider) NewRetriesMetric(name string) workqueue.CounterMetric {
+	return p.retries.WithLabelValues(name)
+}

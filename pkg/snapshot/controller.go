@@ -1,0 +1,230 @@
+// Package snapshot is the snapshot-controller: it binds VolumeSnapshots to
+// VolumeSnapshotContents, creates contents for dynamic snapshots, and runs deletion and every
+// finalizer of the public snapshot protocol. It never talks to a CSI driver; the sidecar in the
+// driver's pod does that, and the two meet only through the content objects.
+//
+// Invariants, kept by every transition:
+//   - A write is made only when the object differs from what the protocol wants; one write per
+//     transition, with a resourceVersion precondition, recorded in the own-write cache.
+//   - A dynamic snapshot's content is named snapcontent-<snapshot uid>, so a retry after a crash
+//     finds what the first try made; it carries its finalizer from creation.
+//   - A content is never deleted while the sidecar's being-created annotation is on it.
+//   - Bad user input ends in a Warning event and status.error, and is not retried until an
+//     object it depends on changes.
+package snapshot
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/client-go/informers"
+	"k8s.io/client-go/kubernetes"
+	corelisters "k8s.io/client-go/listers/core/v1"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/client-go/tools/record"
+	"k8s.io/klog/v2"
+	"k8s.io/utils/clock"
+
+	snapshotv1 "github.com/shutter-csi/shutter/client/apis/volumesnapshot/v1"
+	clientset "github.com/shutter-csi/shutter/client/clientset/versioned"
+	snapinformers "github.com/shutter-csi/shutter/client/informers/externalversions"
+	snapshotlisters "github.com/shutter-csi/shutter/client/listers/volumesnapshot/v1"
+	"github.com/shutter-csi/shutter/pkg/controller"
+	"github.com/shutter-csi/shutter/pkg/protocol"
+)
+
+// Options configure the reconcilers.
+type Options struct {
+	// Workers is the number of workers per queue.
+	Workers int
+	// Retry bounds the per-key backoff of every queue.
+	Retry controller.Options
+	// ResyncPeriod re-queues every object this often as a safety net; 0 disables it.
+	ResyncPeriod time.Duration
+	// DistributedSnapshotting labels contents with the node of their volume.
+	DistributedSnapshotting bool
+	// PreventVolumeModeConversion records each content's source volume mode.
+	PreventVolumeModeConversion bool
+	// StatusGrace is how long a new snapshot's status waits for the sidecar's first report, so
+	// that binding and readiness usually land in one write.
+	StatusGrace time.Duration
+}
+
+// Controller reconciles VolumeSnapshots and VolumeSnapshotContents.
+type Controller struct {
+	opts     Options
+	kube     kubernetes.Interface
+	client   clientset.Interface
+	recorder record.EventRecorder
+	clock    clock.PassiveClock
+
+	snapshots       snapshotlisters.VolumeSnapshotLister
+	snapshotIndexer cache.Indexer
+	contents        snapshotlisters.VolumeSnapshotContentLister
+	contentIndexer  cache.Indexer
+	classes         snapshotlisters.VolumeSnapshotClassLister
+	classIndexer    cache.Indexer
+	claims          corelisters.PersistentVolumeClaimLister
+	claimIndexer    cache.Indexer
+	volumes         corelisters.PersistentVolumeLister
+
+	snapshotWrites *controller.Writes[*snapshotv1.VolumeSnapshot]
+	contentWrites  *controller.Writes[*snapshotv1.VolumeSnapshotContent]
+	claimWrites    *controller.Writes[*corev1.PersistentVolumeClaim]
+
+	snapshotQueue *controller.Queue[controller.Key]
+	contentQueue  *controller.Queue[controller.Key]
+	synced        []cache.InformerSynced
+}
+
+// New wires the reconcilers to informers from the two factories; start the factories, then Run.
+func New(kube kubernetes.Interface, client clientset.Interface, kubeInformers informers.SharedInformerFactory,
+	snapInformers snapinformers.SharedInformerFactory, recorder record.EventRecorder, opts Options) (*Controller, error) {
+	if opts.Workers <= 0 {
+		opts.Workers = 10
+	}
+	if opts.StatusGrace == 0 {
+		opts.StatusGrace = 10 * time.Second
+	}
+	c := &Controller{
+		opts: opts, kube: kube, client: client, recorder: recorder, clock: clock.RealClock{},
+		snapshotWrites: controller.NewWrites[*snapshotv1.VolumeSnapshot](),
+		contentWrites:  controller.NewWrites[*snapshotv1.VolumeSnapshotContent](),
+		claimWrites:    controller.NewWrites[*corev1.PersistentVolumeClaim](),
+	}
+	c.snapshotQueue = controller.NewQueue("volumesnapshot", opts.Retry, c.syncSnapshotKey)
+	c.contentQueue = controller.NewQueue("volumesnapshotcontent", opts.Retry, c.syncContentKey)
+
+	vs := snapInformers.Snapshot().V1().VolumeSnapshots()
+	vsc := snapInformers.Snapshot().V1().VolumeSnapshotContents()
+	class := snapInformers.Snapshot().V1().VolumeSnapshotClasses()
+	pvc := kubeInformers.Core().V1().PersistentVolumeClaims()
+	pv := kubeInformers.Core().V1().PersistentVolumes()
+	for _, idx := range []struct {
+		informer cache.SharedIndexInformer
+		indexers cache.Indexers
+	}{
+		{vs.Informer(), cache.Indexers{bySourcePVC: snapshotsBySourcePVC}},
+		{vsc.Informer(), cache.Indexers{bySnapshotRef: contentsBySnapshotRef}},
+		{class.Informer(), cache.Indexers{byDriver: classesByDriver}},
+		{pvc.Informer(), cache.Indexers{byRestoreSource: claimsByRestoreSource}},
+	} {
+		if err := idx.informer.AddIndexers(idx.indexers); err != nil {
+			return nil, fmt.Errorf("add indexers: %w", err)
+		}
+	}
+	c.snapshots, c.snapshotIndexer = vs.Lister(), vs.Informer().GetIndexer()
+	c.contents, c.contentIndexer = vsc.Lister(), vsc.Informer().GetIndexer()
+	c.classes, c.classIndexer = class.Lister(), class.Informer().GetIndexer()
+	c.claims, c.claimIndexer = pvc.Lister(), pvc.Informer().GetIndexer()
+	c.volumes = pv.Lister()
+
+	handlers := []struct {
+		informer cache.SharedIndexInformer
+		handler  cache.ResourceEventHandler
+	}{
+		{vs.Informer(), controller.Handler(c.snapshotWrites, c.onSnapshot)},
+		{vsc.Informer(), controller.Handler(c.contentWrites, c.onContent)},
+		{pvc.Informer(), controller.Handler(c.claimWrites, c.onClaim)},
+		{class.Informer(), controller.Handler(nil, c.onClass)},
+	}
+	for _, h := range handlers {
+		if _, err := h.informer.AddEventHandler(h.handler); err != nil {
+			return nil, fmt.Errorf("add event handler: %w", err)
+		}
+		c.synced = append(c.synced, h.informer.HasSynced)
+	}
+	c.synced = append(c.synced, pv.Informer().HasSynced)
+	return c, nil
+}
+
+// Run waits for the caches, then runs the workers until ctx is done and in-flight syncs finish.
+func (c *Controller) Run(ctx context.Context) error {
+	logger := klog.FromContext(ctx)
+	if !cache.WaitForCacheSync(ctx.Done(), c.synced...) {
+		return fmt.Errorf("caches did not sync")
+	}
+	logger.Info("Caches synced; starting workers", "workers", c.opts.Workers)
+	done := make(chan struct{}, 2)
+	for _, q := range []*controller.Queue[controller.Key]{c.snapshotQueue, c.contentQueue} {
+		go func() {
+			q.Run(ctx, c.opts.Workers)
+			done <- struct{}{}
+		}()
+	}
+	go controller.Resync(ctx, c.snapshotQueue, c.opts.ResyncPeriod, func() []controller.Key {
+		return keys(c.snapshots.List)
+	})
+	go controller.Resync(ctx, c.contentQueue, c.opts.ResyncPeriod, func() []controller.Key {
+		return keys(c.contents.List)
+	})
+	<-done
+	<-done
+	return nil
+}
+
+// onSnapshot queues a changed snapshot and the content it names.
+func (c *Controller) onSnapshot(vs *snapshotv1.VolumeSnapshot) {
+	c.snapshotQueue.Add(controller.KeyOf(vs))
+	name := boundContentName(vs)
+	if name == "" && vs.Spec.Source.PersistentVolumeClaimName != nil {
+		name = protocol.ContentName(vs.UID)
+	}
+	if name != "" {
+		c.contentQueue.Add(controller.Key{Name: name})
+	}
+}
+
+// onContent queues a changed content and the snapshot it points at.
+func (c *Controller) onContent(content *snapshotv1.VolumeSnapshotContent) {
+	c.contentQueue.Add(controller.KeyOf(content))
+	ref := content.Spec.VolumeSnapshotRef
+	if ref.Name != "" {
+		c.snapshotQueue.Add(controller.Key{Namespace: ref.Namespace, Name: ref.Name})
+	}
+}
+
+// onClaim queues the snapshots taken of a claim and the one it is restored from.
+func (c *Controller) onClaim(pvc *corev1.PersistentVolumeClaim) {
+	for _, vs := range indexed[*snapshotv1.VolumeSnapshot](c.snapshotIndexer, bySourcePVC, nsName(pvc.Namespace, pvc.Name)) {
+		c.snapshotQueue.Add(controller.KeyOf(vs))
+	}
+	if name := restoreSource(pvc); name != "" {
+		c.snapshotQueue.Add(controller.Key{Namespace: pvc.Namespace, Name: name})
+	}
+}
+
+// onClass queues the snapshots still waiting for a class: a new default class may unblock them.
+func (c *Controller) onClass(*snapshotv1.VolumeSnapshotClass) {
+	vss, err := c.snapshots.List(everything)
+	if err != nil {
+		return
+	}
+	for _, vs := range vss {
+		if vs.Status == nil || vs.Status.BoundVolumeSnapshotContentName == nil {
+			c.snapshotQueue.Add(controller.KeyOf(vs))
+		}
+	}
+}
+
+func (c *Controller) syncSnapshotKey(ctx context.Context, key controller.Key) error {
+	vs, err := c.snapshots.VolumeSnapshots(key.Namespace).Get(key.Name)
+	if err != nil {
+		return ignoreNotFound(err)
+	}
+	vs = c.snapshotWrites.Latest(vs)
+	logger := klog.FromContext(ctx).WithValues("volumesnapshot", klog.KObj(vs))
+	return c.syncSnapshot(klog.NewContext(ctx, logger), vs)
+}
+
+func (c *Controller) syncContentKey(ctx context.Context, key controller.Key) error {
+	content, err := c.contents.Get(key.Name)
+	if err != nil {
+		return ignoreNotFound(err)
+	}
+	content = c.contentWrites.Latest(content)
+	logger := klog.FromContext(ctx).WithValues("volumesnapshotcontent", klog.KObj(content))
+	return c.syncContent(klog.NewContext(ctx, logger), content)
+}

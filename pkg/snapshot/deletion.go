@@ -1,0 +1,128 @@
+package snapshot
+
+import (
+	"context"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/klog/v2"
+
+	snapshotv1 "github.com/shutter-csi/shutter/client/apis/volumesnapshot/v1"
+	"github.com/shutter-csi/shutter/pkg/controller"
+	"github.com/shutter-csi/shutter/pkg/metrics"
+	"github.com/shutter-csi/shutter/pkg/protocol"
+)
+
+// beingCreatedWait is how often a deletion looks again at a content the sidecar is still creating.
+const beingCreatedWait = 5 * time.Second
+
+// finalizeSnapshot runs when a VolumeSnapshot is being deleted. Unless a claim is still being
+// restored from it, a Delete-policy content is handed to the sidecar (annotated being-deleted, then
+// deleted), and the snapshot's finalizers are dropped.
+func (c *Controller) finalizeSnapshot(ctx context.Context, vs *snapshotv1.VolumeSnapshot) error {
+	ours := []string{protocol.SnapshotAsSourceFinalizer, protocol.SnapshotBoundFinalizer}
+	if !hasFinalizer(vs, ours[0]) && !hasFinalizer(vs, ours[1]) {
+		return c.releaseClaim(ctx, vs)
+	}
+	if c.restoring(vs) {
+		klog.FromContext(ctx).V(4).Info("Keeping snapshot: a claim is being restored from it")
+		return nil // the claim's changes bring the snapshot back
+	}
+	content, err := c.contentOf(vs)
+	if err != nil {
+		return err
+	}
+	if content != nil && refersTo(content, vs) && content.Spec.DeletionPolicy == snapshotv1.VolumeSnapshotContentDelete {
+		if err := c.releaseContent(ctx, content); err != nil {
+			return err
+		}
+	}
+	updated := vs.DeepCopy()
+	updated.Finalizers, _ = withFinalizers(vs.Finalizers, nil, ours)
+	if _, err := c.patchSnapshot(ctx, vs, updated); err != nil {
+		return ignoreNotFound(err)
+	}
+	metrics.Operations.WithLabelValues(metrics.OperationDelete, metrics.StatusSuccess).
+		Observe(c.clock.Since(vs.DeletionTimestamp.Time).Seconds())
+	return c.releaseClaim(ctx, vs)
+}
+
+// releaseContent hands a content whose snapshot is gone or going to the sidecar: it marks it
+// being-deleted and deletes it. It never does so while the sidecar may still be creating it.
+func (c *Controller) releaseContent(ctx context.Context, content *snapshotv1.VolumeSnapshotContent) error {
+	if _, creating := content.Annotations[protocol.AnnBeingCreated]; creating {
+		return controller.RequeueAfter(beingCreatedWait, "content is still being created")
+	}
+	if _, ok := content.Annotations[protocol.AnnBeingDeleted]; !ok {
+		updated := content.DeepCopy()
+		if updated.Annotations == nil {
+			updated.Annotations = map[string]string{}
+		}
+		updated.Annotations[protocol.AnnBeingDeleted] = protocol.AnnValueYes
+		var err error
+		if content, err = c.patchContent(ctx, content, updated); err != nil {
+			return ignoreNotFound(err)
+		}
+	}
+	if content.DeletionTimestamp != nil || content.Spec.DeletionPolicy != snapshotv1.VolumeSnapshotContentDelete {
+		return nil
+	}
+	klog.FromContext(ctx).V(2).Info("Deleting content", "content", content.Name)
+	return c.deleteContent(ctx, content)
+}
+
+// restoring tells whether a claim is still being provisioned from vs.
+func (c *Controller) restoring(vs *snapshotv1.VolumeSnapshot) bool {
+	for _, pvc := range indexed[*corev1.PersistentVolumeClaim](c.claimIndexer, byRestoreSource, nsName(vs.Namespace, vs.Name)) {
+		if pvc.Status.Phase == corev1.ClaimPending && pvc.DeletionTimestamp == nil {
+			return true
+		}
+	}
+	return false
+}
+
+func refersTo(content *snapshotv1.VolumeSnapshotContent, vs *snapshotv1.VolumeSnapshot) bool {
+	ref := content.Spec.VolumeSnapshotRef
+	return ref.Namespace == vs.Namespace && ref.Name == vs.Name && (ref.UID == "" || ref.UID == vs.UID)
+}
+
+// syncContent looks after a content whose snapshot is gone: with a Delete policy, or when the
+// content itself is being deleted, it goes to the sidecar. Contents whose snapshot exists are
+// handled by that snapshot's sync; unbound pre-provisioned ones wait for a snapshot to name them;
+// group members are their group's business.
+func (c *Controller) syncContent(ctx context.Context, content *snapshotv1.VolumeSnapshotContent) error {
+	ref := content.Spec.VolumeSnapshotRef
+	if ref.UID == "" || content.Annotations[protocol.AnnGroupSnapshotHandle] != "" {
+		return nil
+	}
+	gone, err := c.snapshotGone(ctx, content)
+	if err != nil || !gone {
+		return err
+	}
+	if content.DeletionTimestamp == nil && content.Spec.DeletionPolicy != snapshotv1.VolumeSnapshotContentDelete {
+		return nil // Retain: the content outlives its snapshot
+	}
+	return c.releaseContent(ctx, content)
+}
+
+// snapshotGone tells whether the snapshot a content is bound to no longer exists. A lister miss
+// is confirmed with the API server, so a slow informer never costs a backend snapshot.
+func (c *Controller) snapshotGone(ctx context.Context, content *snapshotv1.VolumeSnapshotContent) (bool, error) {
+	ref := content.Spec.VolumeSnapshotRef
+	vs, err := c.snapshots.VolumeSnapshots(ref.Namespace).Get(ref.Name)
+	if err == nil {
+		return vs.UID != ref.UID, nil
+	}
+	if !apierrors.IsNotFound(err) {
+		return false, err
+	}
+	vs, err = c.client.SnapshotV1().VolumeSnapshots(ref.Namespace).Get(ctx, ref.Name, metav1.GetOptions{})
+	if apierrors.IsNotFound(err) {
+		return true, nil
+	} else if err != nil {
+		return false, err
+	}
+	return vs.UID != ref.UID, nil
+}

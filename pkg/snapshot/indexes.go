@@ -1,0 +1,90 @@
+package snapshot
+
+import (
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/client-go/tools/cache"
+
+	snapshotv1 "github.com/shutter-csi/shutter/client/apis/volumesnapshot/v1"
+)
+
+// Index names. Every lookup a sync makes goes through the lister or one of these, never a walk
+// over a whole list.
+const (
+	// bySourcePVC indexes VolumeSnapshots by the "namespace/name" of their source claim.
+	bySourcePVC = "sourcePVC"
+	// byRestoreSource indexes claims by the "namespace/name" of the VolumeSnapshot they are
+	// restored from.
+	byRestoreSource = "restoreSource"
+	// byDriver indexes VolumeSnapshotClasses by driver.
+	byDriver = "driver"
+	// bySnapshotRef indexes VolumeSnapshotContents by the "namespace/name" of their snapshot ref.
+	bySnapshotRef = "snapshotRef"
+)
+
+func nsName(namespace, name string) string { return namespace + "/" + name }
+
+func snapshotsBySourcePVC(obj any) ([]string, error) {
+	vs, ok := obj.(*snapshotv1.VolumeSnapshot)
+	if !ok || vs.Spec.Source.PersistentVolumeClaimName == nil {
+		return nil, nil
+	}
+	return []string{nsName(vs.Namespace, *vs.Spec.Source.PersistentVolumeClaimName)}, nil
+}
+
+func claimsByRestoreSource(obj any) ([]string, error) {
+	pvc, ok := obj.(*corev1.PersistentVolumeClaim)
+	if !ok {
+		return nil, nil
+	}
+	if name := restoreSource(pvc); name != "" {
+		return []string{nsName(pvc.Namespace, name)}, nil
+	}
+	return nil, nil
+}
+
+// restoreSource is the name of the VolumeSnapshot a claim is restored from, or "".
+func restoreSource(pvc *corev1.PersistentVolumeClaim) string {
+	if ref := pvc.Spec.DataSourceRef; ref != nil && isSnapshotKind(ref.APIGroup, ref.Kind) &&
+		(ref.Namespace == nil || *ref.Namespace == pvc.Namespace) {
+		return ref.Name
+	}
+	if ref := pvc.Spec.DataSource; ref != nil && isSnapshotKind(ref.APIGroup, ref.Kind) {
+		return ref.Name
+	}
+	return ""
+}
+
+func isSnapshotKind(group *string, kind string) bool {
+	return group != nil && *group == snapshotv1.GroupName && kind == "VolumeSnapshot"
+}
+
+func classesByDriver(obj any) ([]string, error) {
+	if class, ok := obj.(*snapshotv1.VolumeSnapshotClass); ok {
+		return []string{class.Driver}, nil
+	}
+	return nil, nil
+}
+
+func contentsBySnapshotRef(obj any) ([]string, error) {
+	content, ok := obj.(*snapshotv1.VolumeSnapshotContent)
+	if !ok {
+		return nil, nil
+	}
+	ref := content.Spec.VolumeSnapshotRef
+	return []string{nsName(ref.Namespace, ref.Name)}, nil
+}
+
+// indexed returns the objects of type T under key in index.
+func indexed[T any](indexer cache.Indexer, index, key string) []T {
+	objs, err := indexer.ByIndex(index, key)
+	if err != nil {
+		return nil
+	}
+	out := make([]T, 0, len(objs))
+	for _, obj := range objs {
+		if t, ok := obj.(T); ok {
+			out = append(out, t)
+		}
+	}
+	return out
+}

@@ -1,0 +1,209 @@
+package snapshot
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/klog/v2"
+
+	snapshotv1 "github.com/shutter-csi/shutter/client/apis/volumesnapshot/v1"
+	"github.com/shutter-csi/shutter/pkg/controller"
+	"github.com/shutter-csi/shutter/pkg/protocol"
+)
+
+// provision takes a dynamic snapshot's first steps: check the source claim and the class, protect
+// the claim and the snapshot with finalizers, and create the content for the sidecar.
+func (c *Controller) provision(ctx context.Context, vs *snapshotv1.VolumeSnapshot) error {
+	pvc, pv, err := c.sourceVolume(vs)
+	if err != nil {
+		return c.fail(ctx, vs, ReasonInvalidSource, err)
+	}
+	class, err := c.snapshotClass(vs, pv.Spec.CSI.Driver)
+	if err != nil {
+		return c.fail(ctx, vs, ReasonInvalidClass, err)
+	}
+	content, err := c.newContent(vs, pvc, pv, class)
+	if err != nil {
+		return c.fail(ctx, vs, ReasonInvalidSecret, err)
+	}
+	if err := c.protectClaim(ctx, pvc); err != nil {
+		return err
+	}
+	if vs, err = c.ensureSnapshotFinalizers(ctx, vs, class.DeletionPolicy); err != nil {
+		return err
+	}
+	created, err := c.createContent(ctx, content)
+	if apierrors.IsAlreadyExists(err) {
+		// Made by an earlier try whose result the lister has not seen yet.
+		return controller.RequeueAfter(0, "content exists; waiting for the informer")
+	} else if err != nil {
+		return err
+	}
+	klog.FromContext(ctx).V(2).Info("Created content", "content", created.Name, "class", class.Name)
+	return c.syncBound(ctx, vs, created)
+}
+
+// sourceVolume returns the snapshot's source claim and its volume, which must be bound and CSI.
+func (c *Controller) sourceVolume(vs *snapshotv1.VolumeSnapshot) (*corev1.PersistentVolumeClaim, *corev1.PersistentVolume, error) {
+	name := *vs.Spec.Source.PersistentVolumeClaimName
+	pvc, err := c.claims.PersistentVolumeClaims(vs.Namespace).Get(name)
+	if apierrors.IsNotFound(err) {
+		return nil, nil, fmt.Errorf("source PersistentVolumeClaim %s does not exist", name)
+	} else if err != nil {
+		return nil, nil, err
+	}
+	pvc = c.claimWrites.Latest(pvc)
+	if pvc.DeletionTimestamp != nil && !hasFinalizer(pvc, protocol.PVCAsSourceFinalizer) {
+		return nil, nil, fmt.Errorf("source PersistentVolumeClaim %s is being deleted", name)
+	}
+	if pvc.Status.Phase != corev1.ClaimBound || pvc.Spec.VolumeName == "" {
+		return nil, nil, fmt.Errorf("source PersistentVolumeClaim %s is not bound yet", name)
+	}
+	pv, err := c.volumes.Get(pvc.Spec.VolumeName)
+	if apierrors.IsNotFound(err) {
+		return nil, nil, fmt.Errorf("PersistentVolume %s of claim %s does not exist", pvc.Spec.VolumeName, name)
+	} else if err != nil {
+		return nil, nil, err
+	}
+	if pv.Spec.CSI == nil {
+		return nil, nil, fmt.Errorf("PersistentVolume %s of claim %s is not a CSI volume and cannot be snapshotted", pv.Name, name)
+	}
+	return pvc, pv, nil
+}
+
+// snapshotClass returns the class the snapshot names, or the one default class of driver.
+func (c *Controller) snapshotClass(vs *snapshotv1.VolumeSnapshot, driver string) (*snapshotv1.VolumeSnapshotClass, error) {
+	if name := vs.Spec.VolumeSnapshotClassName; name != nil {
+		class, err := c.classes.Get(*name)
+		if apierrors.IsNotFound(err) {
+			return nil, fmt.Errorf("VolumeSnapshotClass %s does not exist", *name)
+		} else if err != nil {
+			return nil, err
+		}
+		if class.Driver != driver {
+			return nil, fmt.Errorf("VolumeSnapshotClass %s is for driver %s, but the source volume is of driver %s", *name, class.Driver, driver)
+		}
+		return class, nil
+	}
+	var defaults []*snapshotv1.VolumeSnapshotClass
+	for _, class := range indexed[*snapshotv1.VolumeSnapshotClass](c.classIndexer, byDriver, driver) {
+		if class.Annotations[protocol.AnnDefaultClass] == "true" {
+			defaults = append(defaults, class)
+		}
+	}
+	switch len(defaults) {
+	case 0:
+		return nil, fmt.Errorf("no VolumeSnapshotClass is named and driver %s has no default class", driver)
+	case 1:
+		return defaults[0], nil
+	default:
+		return nil, fmt.Errorf("driver %s has %d default VolumeSnapshotClasses; mark exactly one with %s", driver, len(defaults), protocol.AnnDefaultClass)
+	}
+}
+
+// newContent builds the dynamic content of vs.
+func (c *Controller) newContent(vs *snapshotv1.VolumeSnapshot, pvc *corev1.PersistentVolumeClaim, pv *corev1.PersistentVolume,
+	class *snapshotv1.VolumeSnapshotClass) (*snapshotv1.VolumeSnapshotContent, error) {
+	name := protocol.ContentName(vs.UID)
+	content := &snapshotv1.VolumeSnapshotContent{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Finalizers: []string{protocol.ContentBoundFinalizer}},
+		Spec: snapshotv1.VolumeSnapshotContentSpec{
+			VolumeSnapshotRef: corev1.ObjectReference{
+				APIVersion: snapshotv1.SchemeGroupVersion.String(), Kind: "VolumeSnapshot",
+				Namespace: vs.Namespace, Name: vs.Name, UID: vs.UID,
+			},
+			DeletionPolicy:          class.DeletionPolicy,
+			Driver:                  class.Driver,
+			VolumeSnapshotClassName: ptr(class.Name),
+			Source:                  snapshotv1.VolumeSnapshotContentSource{VolumeHandle: ptr(pv.Spec.CSI.VolumeHandle)},
+		},
+	}
+	if c.opts.PreventVolumeModeConversion {
+		mode := corev1.PersistentVolumeFilesystem
+		if pvc.Spec.VolumeMode != nil {
+			mode = *pvc.Spec.VolumeMode
+		}
+		content.Spec.SourceVolumeMode = &mode
+	}
+	secret, err := protocol.ResolveSecret(class.Parameters, protocol.SnapshotterSecret, protocol.TemplateValues{
+		ContentName: name, SnapshotName: vs.Name, SnapshotNamespace: vs.Namespace,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("VolumeSnapshotClass %s: %w", class.Name, err)
+	}
+	if secret != nil {
+		content.Annotations = map[string]string{
+			protocol.AnnDeletionSecretName: secret.Name, protocol.AnnDeletionSecretNamespace: secret.Namespace,
+		}
+	}
+	if c.opts.DistributedSnapshotting {
+		node, err := volumeNode(pv)
+		if err != nil {
+			return nil, err
+		}
+		content.Labels = map[string]string{protocol.LabelManagedBy: node}
+	}
+	return content, nil
+}
+
+// volumeNode is the one node a local volume's node affinity allows.
+func volumeNode(pv *corev1.PersistentVolume) (string, error) {
+	if pv.Spec.NodeAffinity != nil && pv.Spec.NodeAffinity.Required != nil {
+		for _, term := range pv.Spec.NodeAffinity.Required.NodeSelectorTerms {
+			for _, expr := range term.MatchExpressions {
+				if expr.Operator == corev1.NodeSelectorOpIn && len(expr.Values) == 1 {
+					return expr.Values[0], nil
+				}
+			}
+		}
+	}
+	return "", errors.New("distributed snapshotting needs the volume's node affinity to name one node")
+}
+
+// protectClaim adds the pvc-as-source finalizer while a snapshot of the claim is being taken.
+func (c *Controller) protectClaim(ctx context.Context, pvc *corev1.PersistentVolumeClaim) error {
+	finalizers, changed := withFinalizers(pvc.Finalizers, []string{protocol.PVCAsSourceFinalizer}, nil)
+	if !changed {
+		return nil
+	}
+	updated := pvc.DeepCopy()
+	updated.Finalizers = finalizers
+	_, err := c.patchClaim(ctx, pvc, updated)
+	return err
+}
+
+// releaseClaim drops the pvc-as-source finalizer of vs's source claim once no snapshot of that
+// claim is still being taken.
+func (c *Controller) releaseClaim(ctx context.Context, vs *snapshotv1.VolumeSnapshot) error {
+	name := vs.Spec.Source.PersistentVolumeClaimName
+	if name == nil || beingTaken(vs) {
+		return nil
+	}
+	pvc, err := c.claims.PersistentVolumeClaims(vs.Namespace).Get(*name)
+	if err != nil {
+		return ignoreNotFound(err)
+	}
+	pvc = c.claimWrites.Latest(pvc)
+	if !hasFinalizer(pvc, protocol.PVCAsSourceFinalizer) {
+		return nil
+	}
+	for _, other := range indexed[*snapshotv1.VolumeSnapshot](c.snapshotIndexer, bySourcePVC, nsName(pvc.Namespace, pvc.Name)) {
+		other = c.snapshotWrites.Latest(other)
+		if other.UID != vs.UID && beingTaken(other) {
+			return nil
+		}
+	}
+	updated := pvc.DeepCopy()
+	updated.Finalizers, _ = withFinalizers(pvc.Finalizers, nil, []string{protocol.PVCAsSourceFinalizer})
+	_, err = c.patchClaim(ctx, pvc, updated)
+	return err
+}
+
+// beingTaken tells whether the backend may still be cutting the snapshot from its claim.
+func beingTaken(vs *snapshotv1.VolumeSnapshot) bool {
+	return vs.DeletionTimestamp == nil && !isReady(vs) && (vs.Status == nil || vs.Status.Error == nil)
+}

@@ -1,0 +1,156 @@
+package snapshot
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
+	"k8s.io/client-go/informers"
+	"k8s.io/client-go/kubernetes"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
+	"k8s.io/client-go/tools/record"
+	"k8s.io/klog/v2"
+
+	"github.com/prometheus/client_golang/prometheus"
+	snapshotv1 "github.com/shutter-csi/shutter/client/apis/volumesnapshot/v1"
+	clientset "github.com/shutter-csi/shutter/client/clientset/versioned"
+	snapscheme "github.com/shutter-csi/shutter/client/clientset/versioned/scheme"
+	snapinformers "github.com/shutter-csi/shutter/client/informers/externalversions"
+	"github.com/shutter-csi/shutter/pkg/app"
+	"github.com/shutter-csi/shutter/pkg/metrics"
+)
+
+// RunOptions are everything cmd/snapshot-controller takes from its flags.
+type RunOptions struct {
+	Client         app.ClientOptions
+	LeaderElection app.LeaderElectionOptions
+	// HTTPEndpoint serves /metrics and /healthz; empty serves nothing.
+	HTTPEndpoint string
+	// RetryCRDIntervalMax caps the backoff while waiting for the snapshot CRDs at start.
+	RetryCRDIntervalMax time.Duration
+	Controller          Options
+}
+
+// Name is the component's name in events, the user agent and the Lease.
+const Name = "snapshot-controller"
+
+// Run runs the snapshot-controller until ctx is done.
+func Run(ctx context.Context, opts RunOptions) error {
+	logger := klog.FromContext(ctx)
+	cfg, err := opts.Client.Config(Name)
+	if err != nil {
+		return err
+	}
+	kube, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		return err
+	}
+	client, err := clientset.NewForConfig(cfg)
+	if err != nil {
+		return err
+	}
+	if err := waitForCRDs(ctx, kube, opts.RetryCRDIntervalMax); err != nil {
+		return err
+	}
+	reg := app.Registry()
+	metrics.RegisterWorkqueue(reg)
+	elector := app.NewElector(opts.LeaderElection, Name+"-leader")
+	httpErr := make(chan error, 1)
+	go func() { httpErr <- app.ServeHTTP(ctx, opts.HTTPEndpoint, reg, elector.Check()) }()
+
+	err = elector.Run(ctx, kube, func(ctx context.Context) {
+		if err := runController(ctx, kube, client, reg, opts.Controller); err != nil {
+			logger.Error(err, "Controller stopped")
+		}
+	})
+	if err != nil {
+		return err
+	}
+	return <-httpErr
+}
+
+func runController(ctx context.Context, kube kubernetes.Interface, client clientset.Interface,
+	reg prometheus.Registerer, opts Options) error {
+	strip := informers.WithTransform(dropManagedFields)
+	kubeInformers := informers.NewSharedInformerFactoryWithOptions(kube, 0, strip)
+	snapInformers := snapinformers.NewSharedInformerFactoryWithOptions(client, 0, snapinformers.WithTransform(dropManagedFields))
+
+	broadcaster := record.NewBroadcaster(record.WithContext(ctx))
+	broadcaster.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: kube.CoreV1().Events("")})
+	defer broadcaster.Shutdown()
+	recorder := broadcaster.NewRecorder(EventScheme(), corev1.EventSource{Component: Name})
+
+	c, err := New(kube, client, kubeInformers, snapInformers, recorder, opts)
+	if err != nil {
+		return err
+	}
+	reg.MustRegister(c.Collectors()...)
+	kubeInformers.Start(ctx.Done())
+	snapInformers.Start(ctx.Done())
+	defer kubeInformers.Shutdown()
+	defer snapInformers.Shutdown()
+	return c.Run(ctx)
+}
+
+// dropManagedFields keeps managedFields out of the informer caches: the controller never reads
+// them, and on thousands of objects they are most of the memory.
+func dropManagedFields(obj any) (any, error) {
+	if accessor, ok := obj.(metav1.ObjectMetaAccessor); ok {
+		accessor.GetObjectMeta().SetManagedFields(nil)
+	}
+	return obj, nil
+}
+
+// EventScheme knows the core kinds and the snapshot kinds, for event object references.
+func EventScheme() *runtime.Scheme {
+	s := runtime.NewScheme()
+	utilruntime.Must(clientgoscheme.AddToScheme(s))
+	utilruntime.Must(snapscheme.AddToScheme(s))
+	return s
+}
+
+// waitForCRDs waits, with a doubling backoff capped at maxInterval, until the API server serves
+// the snapshot kinds, and fails with a clear message once a wait would exceed the cap.
+func waitForCRDs(ctx context.Context, kube kubernetes.Interface, maxInterval time.Duration) error {
+	logger := klog.FromContext(ctx)
+	want := []string{"volumesnapshots", "volumesnapshotcontents", "volumesnapshotclasses"}
+	for delay := time.Second; ; delay *= 2 {
+		missing, err := missingResources(kube, snapshotv1.SchemeGroupVersion.String(), want)
+		if err == nil && len(missing) == 0 {
+			return nil
+		}
+		if delay > maxInterval {
+			return fmt.Errorf("the API server does not serve %s %v (last error: %v); install Shutter's CRDs (client/config/crd) and start again",
+				snapshotv1.SchemeGroupVersion, missing, err)
+		}
+		logger.Info("Waiting for the snapshot CRDs", "missing", missing, "retryIn", delay, "err", err)
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(delay):
+		}
+	}
+}
+
+func missingResources(kube kubernetes.Interface, groupVersion string, want []string) ([]string, error) {
+	list, err := kube.Discovery().ServerResourcesForGroupVersion(groupVersion)
+	if err != nil {
+		return want, err
+	}
+	served := map[string]bool{}
+	for _, r := range list.APIResources {
+		served[r.Name] = true
+	}
+	var missing []string
+	for _, name := range want {
+		if !served[name] {
+			missing = append(missing, name)
+		}
+	}
+	return missing, nil
+}

@@ -1,0 +1,109 @@
+package snapshot
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+
+	jsonpatch "gopkg.in/evanphx/json-patch.v4"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+
+	snapshotv1 "github.com/shutter-csi/shutter/client/apis/volumesnapshot/v1"
+	"github.com/shutter-csi/shutter/pkg/controller"
+)
+
+// Every API write of the controller goes through this file: metadata changes as JSON merge
+// patches with a resourceVersion precondition, status through the status subresource, and each
+// result recorded in the own-write cache.
+
+// patchFunc is the Patch method of a typed client.
+type patchFunc[T any] func(ctx context.Context, name string, pt types.PatchType, data []byte,
+	opts metav1.PatchOptions, subresources ...string) (T, error)
+
+// patchObject sends the merge patch that turns old into updated, on the condition that old is
+// still current, and records the result.
+func patchObject[T metav1.Object](ctx context.Context, patch patchFunc[T], writes *controller.Writes[T], old, updated T) (T, error) {
+	data, err := mergePatch(old, updated)
+	if err != nil {
+		var zero T
+		return zero, err
+	}
+	result, err := patch(ctx, old.GetName(), types.MergePatchType, data, metav1.PatchOptions{})
+	if err != nil {
+		var zero T
+		return zero, fmt.Errorf("patch %s: %w", old.GetName(), err)
+	}
+	writes.Record(result)
+	return result, nil
+}
+
+// mergePatch is the JSON merge patch from old to updated, with old's resourceVersion as the
+// precondition. Lists such as finalizers are replaced whole, which the precondition makes safe.
+func mergePatch(old, updated metav1.Object) ([]byte, error) {
+	before, err := json.Marshal(old)
+	if err != nil {
+		return nil, err
+	}
+	after, err := json.Marshal(updated)
+	if err != nil {
+		return nil, err
+	}
+	data, err := jsonpatch.CreateMergePatch(before, after)
+	if err != nil {
+		return nil, err
+	}
+	var patch map[string]any
+	if err := json.Unmarshal(data, &patch); err != nil {
+		return nil, err
+	}
+	meta, _ := patch["metadata"].(map[string]any)
+	if meta == nil {
+		meta = map[string]any{}
+		patch["metadata"] = meta
+	}
+	meta["resourceVersion"] = old.GetResourceVersion()
+	return json.Marshal(patch)
+}
+
+func (c *Controller) patchSnapshot(ctx context.Context, old, updated *snapshotv1.VolumeSnapshot) (*snapshotv1.VolumeSnapshot, error) {
+	return patchObject(ctx, c.client.SnapshotV1().VolumeSnapshots(old.Namespace).Patch, c.snapshotWrites, old, updated)
+}
+
+func (c *Controller) updateSnapshotStatus(ctx context.Context, vs *snapshotv1.VolumeSnapshot) (*snapshotv1.VolumeSnapshot, error) {
+	result, err := c.client.SnapshotV1().VolumeSnapshots(vs.Namespace).UpdateStatus(ctx, vs, metav1.UpdateOptions{})
+	if err != nil {
+		return nil, fmt.Errorf("update status: %w", err)
+	}
+	c.snapshotWrites.Record(result)
+	return result, nil
+}
+
+func (c *Controller) patchContent(ctx context.Context, old, updated *snapshotv1.VolumeSnapshotContent) (*snapshotv1.VolumeSnapshotContent, error) {
+	return patchObject(ctx, c.client.SnapshotV1().VolumeSnapshotContents().Patch, c.contentWrites, old, updated)
+}
+
+func (c *Controller) createContent(ctx context.Context, content *snapshotv1.VolumeSnapshotContent) (*snapshotv1.VolumeSnapshotContent, error) {
+	result, err := c.client.SnapshotV1().VolumeSnapshotContents().Create(ctx, content, metav1.CreateOptions{})
+	if err != nil {
+		return nil, fmt.Errorf("create content %s: %w", content.Name, err)
+	}
+	c.contentWrites.Record(result)
+	return result, nil
+}
+
+// deleteContent deletes the content if it is still the object with that uid.
+func (c *Controller) deleteContent(ctx context.Context, content *snapshotv1.VolumeSnapshotContent) error {
+	uid := content.UID
+	err := c.client.SnapshotV1().VolumeSnapshotContents().Delete(ctx, content.Name,
+		metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &uid}})
+	if err != nil {
+		return fmt.Errorf("delete content %s: %w", content.Name, ignoreNotFound(err))
+	}
+	return nil
+}
+
+func (c *Controller) patchClaim(ctx context.Context, old, updated *corev1.PersistentVolumeClaim) (*corev1.PersistentVolumeClaim, error) {
+	return patchObject(ctx, c.kube.CoreV1().PersistentVolumeClaims(old.Namespace).Patch, c.claimWrites, old, updated)
+}

@@ -1,0 +1,252 @@
+package controller
+
+import (
+	"context"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
+
+	snapshotv1 "github.com/shutter-csi/shutter/client/apis/volumesnapshot/v1"
+	"github.com/shutter-csi/shutter/pkg/protocol"
+)
+
+func ready(vs *snapshotv1.VolumeSnapshot) bool {
+	return vs != nil && vs.Status != nil && vs.Status.ReadyToUse != nil && *vs.Status.ReadyToUse
+}
+
+func gone(vs *snapshotv1.VolumeSnapshot) bool { return vs == nil }
+
+func errorContains(substr string) func(*snapshotv1.VolumeSnapshot) bool {
+	return func(vs *snapshotv1.VolumeSnapshot) bool {
+		return vs != nil && vs.Status != nil && vs.Status.Error != nil && vs.Status.Error.Message != nil &&
+			strings.Contains(*vs.Status.Error.Message, substr)
+	}
+}
+
+func (f *fixture) waitContentGone(t *testing.T, name string) {
+	t.Helper()
+	err := wait.PollUntilContextTimeout(context.Background(), 50*time.Millisecond, 30*time.Second, true, func(ctx context.Context) (bool, error) {
+		_, err := f.client.SnapshotV1().VolumeSnapshotContents().Get(ctx, name, metav1.GetOptions{})
+		return apierrors.IsNotFound(err), nil
+	})
+	if err != nil {
+		t.Fatalf("content %s still there: %v", name, err)
+	}
+}
+
+// TestDynamicSnapshotLifecycle takes a snapshot with a Delete policy and deletes it, checking
+// every object on the way and counting the controller's writes. It runs alone, so that the
+// counts are this snapshot's.
+func TestDynamicSnapshotLifecycle(t *testing.T) {
+	f := setup(t)
+	driver := "lifecycle.csi.test"
+	f.class(t, "lifecycle", driver, snapshotv1.VolumeSnapshotContentDelete, true, map[string]string{
+		protocol.ParamSnapshotterSecretName: "secret-${volumesnapshot.name}", protocol.ParamSnapshotterSecretNamespace: "${volumesnapshot.namespace}",
+	})
+	a := startActor(t, f.client, driver)
+	f.volume(t, "data", driver)
+	time.Sleep(time.Second) // let the informers settle, so the counts are this snapshot's alone
+
+	before := writes.snapshot()
+	vs := f.snapshot(t, "snap", snapshotv1.VolumeSnapshotSource{PersistentVolumeClaimName: ptr("data")}, "")
+	vs = f.waitSnapshot(t, vs.Name, ready)
+	pvc := f.waitClaim(t, "data", func(pvc *corev1.PersistentVolumeClaim) bool {
+		return !slices.Contains(pvc.Finalizers, protocol.PVCAsSourceFinalizer)
+	})
+	time.Sleep(500 * time.Millisecond) // events are sent asynchronously
+	created, total := writes.since(before)
+	t.Logf("controller writes, create -> ready: %d (%s)", total, format(created))
+	if total > 6 {
+		t.Errorf("controller made %d writes for one snapshot (create -> ready), want at most 6: %s", total, format(created))
+	}
+
+	content, err := f.client.SnapshotV1().VolumeSnapshotContents().Get(context.Background(), protocol.ContentName(vs.UID), metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ref := content.Spec.VolumeSnapshotRef
+	switch {
+	case ref.Name != vs.Name || ref.Namespace != f.ns || ref.UID != vs.UID:
+		t.Errorf("content ref %+v does not point at the snapshot", ref)
+	case *content.Spec.Source.VolumeHandle != "vol-"+f.ns+"-data" || content.Spec.Driver != driver:
+		t.Errorf("content source %+v driver %s", content.Spec.Source, content.Spec.Driver)
+	case content.Spec.DeletionPolicy != snapshotv1.VolumeSnapshotContentDelete || *content.Spec.VolumeSnapshotClassName != "lifecycle":
+		t.Errorf("content policy %s class %v", content.Spec.DeletionPolicy, content.Spec.VolumeSnapshotClassName)
+	case content.Spec.SourceVolumeMode == nil || *content.Spec.SourceVolumeMode != corev1.PersistentVolumeFilesystem:
+		t.Errorf("content sourceVolumeMode %v", content.Spec.SourceVolumeMode)
+	case !slices.Contains(content.Finalizers, protocol.ContentBoundFinalizer):
+		t.Errorf("content finalizers %v", content.Finalizers)
+	case content.Annotations[protocol.AnnDeletionSecretName] != "secret-snap" || content.Annotations[protocol.AnnDeletionSecretNamespace] != f.ns:
+		t.Errorf("content deletion secret annotations %v", content.Annotations)
+	}
+	for _, fin := range []string{protocol.SnapshotAsSourceFinalizer, protocol.SnapshotBoundFinalizer} {
+		if !slices.Contains(vs.Finalizers, fin) {
+			t.Errorf("snapshot finalizers %v lack %s", vs.Finalizers, fin)
+		}
+	}
+	if st := vs.Status; *st.BoundVolumeSnapshotContentName != content.Name || st.RestoreSize.String() != "1Gi" || st.CreationTime == nil || st.Error != nil {
+		t.Errorf("snapshot status %+v", st)
+	}
+	_ = pvc
+
+	before = writes.snapshot()
+	if err := f.client.SnapshotV1().VolumeSnapshots(f.ns).Delete(context.Background(), vs.Name, metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	f.waitSnapshot(t, vs.Name, gone)
+	f.waitContentGone(t, content.Name)
+	deleted, total := writes.since(before)
+	t.Logf("controller writes, delete -> gone: %d (%s)", total, format(deleted))
+	if total > 3 {
+		t.Errorf("controller made %d writes to delete one snapshot, want at most 3: %s", total, format(deleted))
+	}
+	if got := a.deletedHandles(); !slices.Equal(got, []string{"backend-" + string(vs.UID)}) {
+		t.Errorf("backend snapshots deleted: %v", got)
+	}
+}
+
+func TestRetainKeepsContent(t *testing.T) {
+	f := setup(t)
+	driver := "retain.csi.test"
+	f.class(t, "retain", driver, snapshotv1.VolumeSnapshotContentRetain, true, nil)
+	a := startActor(t, f.client, driver)
+	f.volume(t, "data", driver)
+	vs := f.waitSnapshot(t, f.snapshot(t, "snap", snapshotv1.VolumeSnapshotSource{PersistentVolumeClaimName: ptr("data")}, "").Name, ready)
+	if slices.Contains(vs.Finalizers, protocol.SnapshotBoundFinalizer) {
+		t.Errorf("a Retain snapshot has the bound finalizer: %v", vs.Finalizers)
+	}
+	if err := f.client.SnapshotV1().VolumeSnapshots(f.ns).Delete(context.Background(), vs.Name, metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	f.waitSnapshot(t, vs.Name, gone)
+	time.Sleep(time.Second)
+	content, err := f.client.SnapshotV1().VolumeSnapshotContents().Get(context.Background(), protocol.ContentName(vs.UID), metav1.GetOptions{})
+	if err != nil {
+		t.Fatalf("retained content: %v", err)
+	}
+	if content.DeletionTimestamp != nil || content.Annotations[protocol.AnnBeingDeleted] != "" || len(a.deletedHandles()) != 0 {
+		t.Errorf("retained content was released: %+v", content.ObjectMeta)
+	}
+	_ = f.client.SnapshotV1().VolumeSnapshotContents().Delete(context.Background(), content.Name, metav1.DeleteOptions{})
+	f.waitContentGone(t, content.Name)
+}
+
+func TestPreProvisionedBinding(t *testing.T) {
+	f := setup(t)
+	driver := "preprovisioned.csi.test"
+	startActor(t, f.client, driver)
+	contentName := "imported-" + f.ns
+	_, err := f.client.SnapshotV1().VolumeSnapshotContents().Create(context.Background(), &snapshotv1.VolumeSnapshotContent{
+		ObjectMeta: metav1.ObjectMeta{Name: contentName},
+		Spec: snapshotv1.VolumeSnapshotContentSpec{
+			VolumeSnapshotRef: corev1.ObjectReference{Name: "imported", Namespace: f.ns},
+			DeletionPolicy:    snapshotv1.VolumeSnapshotContentDelete, Driver: driver,
+			Source: snapshotv1.VolumeSnapshotContentSource{SnapshotHandle: ptr("existing-1")},
+		},
+	}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// A snapshot naming a content that points elsewhere is refused.
+	f.snapshot(t, "other", snapshotv1.VolumeSnapshotSource{VolumeSnapshotContentName: &contentName}, "")
+	f.waitSnapshot(t, "other", errorContains("is bound to VolumeSnapshot "+f.ns+"/imported"))
+
+	vs := f.waitSnapshot(t, f.snapshot(t, "imported", snapshotv1.VolumeSnapshotSource{VolumeSnapshotContentName: &contentName}, "").Name, ready)
+	content, err := f.client.SnapshotV1().VolumeSnapshotContents().Get(context.Background(), contentName, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if content.Spec.VolumeSnapshotRef.UID != vs.UID || !slices.Contains(content.Finalizers, protocol.ContentBoundFinalizer) {
+		t.Errorf("content not bound: ref %+v finalizers %v", content.Spec.VolumeSnapshotRef, content.Finalizers)
+	}
+	if err := f.client.SnapshotV1().VolumeSnapshots(f.ns).Delete(context.Background(), vs.Name, metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	f.waitContentGone(t, contentName)
+}
+
+// TestBadInputRecovers walks through user errors: each is reported in status and an event,
+// and the snapshot proceeds once the cause is fixed.
+func TestBadInputRecovers(t *testing.T) {
+	f := setup(t)
+	driver := "errors.csi.test"
+	startActor(t, f.client, driver)
+
+	vs := f.snapshot(t, "snap", snapshotv1.VolumeSnapshotSource{PersistentVolumeClaimName: ptr("late")}, "")
+	f.waitSnapshot(t, vs.Name, errorContains("source PersistentVolumeClaim late does not exist"))
+	f.class(t, "errors-a", driver, snapshotv1.VolumeSnapshotContentDelete, true, nil)
+	f.class(t, "errors-b", driver, snapshotv1.VolumeSnapshotContentDelete, true, nil)
+	f.volume(t, "late", driver)
+	f.waitSnapshot(t, vs.Name, errorContains("has 2 default VolumeSnapshotClasses"))
+	if err := f.client.SnapshotV1().VolumeSnapshotClasses().Delete(context.Background(), "errors-b", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	f.waitSnapshot(t, vs.Name, ready)
+
+	f.volume(t, "classless", "noclass.csi.test")
+	f.snapshot(t, "classless", snapshotv1.VolumeSnapshotSource{PersistentVolumeClaimName: ptr("classless")}, "")
+	f.waitSnapshot(t, "classless", errorContains("no VolumeSnapshotClass is named and driver noclass.csi.test has no default class"))
+	f.snapshot(t, "wrong-class", snapshotv1.VolumeSnapshotSource{PersistentVolumeClaimName: ptr("classless")}, "errors-a")
+	f.waitSnapshot(t, "wrong-class", errorContains("VolumeSnapshotClass errors-a is for driver errors.csi.test"))
+
+	events, err := f.kube.CoreV1().Events(f.ns).List(context.Background(), metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	reasons := map[string]bool{}
+	for _, e := range events.Items {
+		reasons[e.Reason+"/"+e.Type] = true
+	}
+	for _, want := range []string{"InvalidSnapshotSource/Warning", "InvalidSnapshotClass/Warning", "SnapshotReady/Normal"} {
+		if !reasons[want] {
+			t.Errorf("no %s event; got %v", want, reasons)
+		}
+	}
+
+	f.class(t, "errors-secret", "secret.csi.test", snapshotv1.VolumeSnapshotContentDelete, false, map[string]string{
+		protocol.ParamSnapshotterSecretName: "${pvc.name}", protocol.ParamSnapshotterSecretNamespace: "ns",
+	})
+	f.volume(t, "other", "secret.csi.test")
+	f.snapshot(t, "bad-secret", snapshotv1.VolumeSnapshotSource{PersistentVolumeClaimName: ptr("other")}, "errors-secret")
+	f.waitSnapshot(t, "bad-secret", errorContains("${pvc.name} is not allowed here"))
+}
+
+// TestNoDeletionWhileBeingCreated holds the backend in the being-created state and deletes the
+// snapshot: the content must wait until the backend has answered.
+func TestNoDeletionWhileBeingCreated(t *testing.T) {
+	f := setup(t)
+	driver := "slow.csi.test"
+	f.class(t, "slow", driver, snapshotv1.VolumeSnapshotContentDelete, true, nil)
+	a := startActor(t, f.client, driver)
+	a.setHold(true)
+	f.volume(t, "data", driver)
+	vs := f.snapshot(t, "snap", snapshotv1.VolumeSnapshotSource{PersistentVolumeClaimName: ptr("data")}, "")
+	name := protocol.ContentName(vs.UID)
+	err := wait.PollUntilContextTimeout(context.Background(), 50*time.Millisecond, 30*time.Second, true, func(ctx context.Context) (bool, error) {
+		c, err := f.client.SnapshotV1().VolumeSnapshotContents().Get(ctx, name, metav1.GetOptions{})
+		return err == nil && c.Annotations[protocol.AnnBeingCreated] != "", nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := f.client.SnapshotV1().VolumeSnapshots(f.ns).Delete(context.Background(), vs.Name, metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(2 * time.Second)
+	c, err := f.client.SnapshotV1().VolumeSnapshotContents().Get(context.Background(), name, metav1.GetOptions{})
+	if err != nil || c.DeletionTimestamp != nil {
+		t.Fatalf("content deleted while being created: %v %+v", err, c)
+	}
+	a.setHold(false)
+	f.waitSnapshot(t, vs.Name, gone)
+	f.waitContentGone(t, name)
+	if len(a.deletedHandles()) != 1 {
+		t.Errorf("backend snapshots deleted: %v", a.deletedHandles())
+	}
+}

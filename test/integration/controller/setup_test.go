@@ -1,0 +1,266 @@
+// Package controller tests the snapshot-controller on a real control plane of its own, with a
+// small test actor playing the sidecar's part of the protocol.
+package controller
+
+import (
+	"context"
+	"flag"
+	"os"
+	"fmt"
+	"net/http"
+	"sort"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/informers"
+	"k8s.io/client-go/kubernetes"
+	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/record"
+	"k8s.io/klog/v2"
+
+	snapshotv1 "github.com/shutter-csi/shutter/client/apis/volumesnapshot/v1"
+	clientset "github.com/shutter-csi/shutter/client/clientset/versioned"
+	snapinformers "github.com/shutter-csi/shutter/client/informers/externalversions"
+	"github.com/shutter-csi/shutter/pkg/controller"
+	"github.com/shutter-csi/shutter/pkg/snapshot"
+	"github.com/shutter-csi/shutter/test/testenv"
+)
+
+func TestMain(m *testing.M) {
+	fs := flag.NewFlagSet("klog", flag.ContinueOnError)
+	klog.InitFlags(fs)
+	_ = fs.Set("v", os.Getenv("KLOG_V"))
+	testenv.Main(m)
+}
+
+// writeCounter counts the API writes made through a client, by "VERB resource[/subresource]".
+type writeCounter struct {
+	mu     sync.Mutex
+	counts map[string]int
+}
+
+func (w *writeCounter) wrap(rt http.RoundTripper) http.RoundTripper {
+	return roundTripFunc(func(req *http.Request) (*http.Response, error) {
+		resp, err := rt.RoundTrip(req)
+		if req.Method != http.MethodGet {
+			key := req.Method + " " + resourceOf(req.URL.Path)
+			if err != nil || resp.StatusCode >= 300 {
+				key += " (failed)"
+			}
+			w.mu.Lock()
+			w.counts[key]++
+			w.mu.Unlock()
+		}
+		return resp, err
+	})
+}
+
+func (w *writeCounter) snapshot() map[string]int {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	out := map[string]int{}
+	for k, v := range w.counts {
+		out[k] = v
+	}
+	return out
+}
+
+// since returns the writes made after before, and their total.
+func (w *writeCounter) since(before map[string]int) (map[string]int, int) {
+	diff, total := map[string]int{}, 0
+	for k, v := range w.snapshot() {
+		if d := v - before[k]; d > 0 {
+			diff[k] = d
+			total += d
+		}
+	}
+	return diff, total
+}
+
+type roundTripFunc func(*http.Request) (*http.Response, error)
+
+func (f roundTripFunc) RoundTrip(r *http.Request) (*http.Response, error) { return f(r) }
+
+// resourceOf turns /apis/g/v/namespaces/ns/res/name/sub into "res/sub".
+func resourceOf(path string) string {
+	parts := strings.Split(strings.Trim(path, "/"), "/")
+	if len(parts) > 0 && parts[0] == "api" {
+		parts = parts[2:]
+	} else if len(parts) > 2 {
+		parts = parts[3:]
+	}
+	if len(parts) >= 2 && parts[0] == "namespaces" {
+		parts = parts[2:]
+	}
+	switch len(parts) {
+	case 0:
+		return ""
+	case 1, 2:
+		return parts[0]
+	default:
+		return parts[0] + "/" + parts[2]
+	}
+}
+
+func format(counts map[string]int) string {
+	var keys []string
+	for k := range counts {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	var b strings.Builder
+	for _, k := range keys {
+		fmt.Fprintf(&b, "%s=%d ", k, counts[k])
+	}
+	return strings.TrimSpace(b.String())
+}
+
+var (
+	controllerOnce sync.Once
+	writes         = &writeCounter{counts: map[string]int{}}
+)
+
+// fixture is what a test needs: admin clients, and the controller running for the package.
+type fixture struct {
+	kube   kubernetes.Interface
+	client clientset.Interface
+	ns     string
+}
+
+func setup(t *testing.T) *fixture {
+	env := testenv.StartDedicated(t)
+	testenv.InstallCRDs(t, env.Config)
+	controllerOnce.Do(func() { startController(t, env.Config) })
+	kube := kubernetes.NewForConfigOrDie(env.Config)
+	return &fixture{kube: kube, client: clientset.NewForConfigOrDie(env.Config), ns: testenv.Namespace(t, kube)}
+}
+
+// startController runs one snapshot-controller for the test binary, its writes counted.
+func startController(t *testing.T, admin *rest.Config) {
+	cfg := rest.CopyConfig(admin)
+	cfg.Wrap(writes.wrap)
+	kube := kubernetes.NewForConfigOrDie(cfg)
+	client := clientset.NewForConfigOrDie(cfg)
+	kubeInformers := informers.NewSharedInformerFactory(kube, 0)
+	snapInformers := snapinformers.NewSharedInformerFactory(client, 0)
+	broadcaster := record.NewBroadcaster()
+	broadcaster.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: kube.CoreV1().Events("")})
+	recorder := broadcaster.NewRecorder(snapshot.EventScheme(), corev1.EventSource{Component: "snapshot-controller"})
+	c, err := snapshot.New(kube, client, kubeInformers, snapInformers, recorder, snapshot.Options{
+		Workers: 4, Retry: controller.Options{RetryStart: 100 * time.Millisecond, RetryMax: 2 * time.Second},
+		PreventVolumeModeConversion: true, StatusGrace: 5 * time.Second,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := klog.NewContext(context.Background(), klog.Background())
+	kubeInformers.Start(ctx.Done())
+	snapInformers.Start(ctx.Done())
+	go func() { _ = c.Run(ctx) }()
+}
+
+// volume creates a bound CSI volume and claim of driver in ns.
+func (f *fixture) volume(t *testing.T, name, driver string) *corev1.PersistentVolumeClaim {
+	ctx := context.Background()
+	pvName := f.ns + "-" + name
+	_, err := f.kube.CoreV1().PersistentVolumes().Create(ctx, &corev1.PersistentVolume{
+		ObjectMeta: metav1.ObjectMeta{Name: pvName},
+		Spec: corev1.PersistentVolumeSpec{
+			Capacity:                      corev1.ResourceList{corev1.ResourceStorage: resource.MustParse("1Gi")},
+			AccessModes:                   []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOnce},
+			PersistentVolumeReclaimPolicy: corev1.PersistentVolumeReclaimRetain,
+			PersistentVolumeSource: corev1.PersistentVolumeSource{CSI: &corev1.CSIPersistentVolumeSource{
+				Driver: driver, VolumeHandle: "vol-" + pvName,
+			}},
+			ClaimRef: &corev1.ObjectReference{Namespace: f.ns, Name: name},
+		},
+	}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = f.kube.CoreV1().PersistentVolumes().Delete(context.Background(), pvName, metav1.DeleteOptions{}) })
+	pvc, err := f.kube.CoreV1().PersistentVolumeClaims(f.ns).Create(ctx, &corev1.PersistentVolumeClaim{
+		ObjectMeta: metav1.ObjectMeta{Name: name},
+		Spec: corev1.PersistentVolumeClaimSpec{
+			AccessModes:      []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOnce},
+			StorageClassName: ptr(""), VolumeName: pvName,
+			Resources: corev1.VolumeResourceRequirements{Requests: corev1.ResourceList{corev1.ResourceStorage: resource.MustParse("1Gi")}},
+		},
+	}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return f.waitClaim(t, pvc.Name, func(pvc *corev1.PersistentVolumeClaim) bool { return pvc.Status.Phase == corev1.ClaimBound })
+}
+
+func (f *fixture) waitClaim(t *testing.T, name string, ok func(*corev1.PersistentVolumeClaim) bool) *corev1.PersistentVolumeClaim {
+	t.Helper()
+	var got *corev1.PersistentVolumeClaim
+	err := wait.PollUntilContextTimeout(context.Background(), 50*time.Millisecond, 30*time.Second, true, func(ctx context.Context) (bool, error) {
+		pvc, err := f.kube.CoreV1().PersistentVolumeClaims(f.ns).Get(ctx, name, metav1.GetOptions{})
+		if err != nil {
+			return false, nil
+		}
+		got = pvc
+		return ok(pvc), nil
+	})
+	if err != nil {
+		t.Fatalf("claim %s: %v; last: %+v", name, err, got)
+	}
+	return got
+}
+
+func (f *fixture) class(t *testing.T, name, driver string, policy snapshotv1.DeletionPolicy, isDefault bool, params map[string]string) {
+	class := &snapshotv1.VolumeSnapshotClass{
+		ObjectMeta: metav1.ObjectMeta{Name: name}, Driver: driver, DeletionPolicy: policy, Parameters: params,
+	}
+	if isDefault {
+		class.Annotations = map[string]string{"snapshot.storage.kubernetes.io/is-default-class": "true"}
+	}
+	if _, err := f.client.SnapshotV1().VolumeSnapshotClasses().Create(context.Background(), class, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_ = f.client.SnapshotV1().VolumeSnapshotClasses().Delete(context.Background(), name, metav1.DeleteOptions{})
+	})
+}
+
+func (f *fixture) snapshot(t *testing.T, name string, source snapshotv1.VolumeSnapshotSource, class string) *snapshotv1.VolumeSnapshot {
+	vs := &snapshotv1.VolumeSnapshot{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: f.ns},
+		Spec: snapshotv1.VolumeSnapshotSpec{Source: source}}
+	if class != "" {
+		vs.Spec.VolumeSnapshotClassName = &class
+	}
+	created, err := f.client.SnapshotV1().VolumeSnapshots(f.ns).Create(context.Background(), vs, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return created
+}
+
+func (f *fixture) waitSnapshot(t *testing.T, name string, ok func(*snapshotv1.VolumeSnapshot) bool) *snapshotv1.VolumeSnapshot {
+	t.Helper()
+	var got *snapshotv1.VolumeSnapshot
+	err := wait.PollUntilContextTimeout(context.Background(), 50*time.Millisecond, 30*time.Second, true, func(ctx context.Context) (bool, error) {
+		vs, err := f.client.SnapshotV1().VolumeSnapshots(f.ns).Get(ctx, name, metav1.GetOptions{})
+		if err != nil {
+			got = nil
+			return ok(nil), nil
+		}
+		got = vs
+		return ok(vs), nil
+	})
+	if err != nil {
+		t.Fatalf("snapshot %s: %v; last: %+v", name, err, got)
+	}
+	return got
+}
+
+func ptr[T any](v T) *T { return &v }
