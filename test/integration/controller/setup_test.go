@@ -5,9 +5,9 @@ package controller
 import (
 	"context"
 	"flag"
-	"os"
 	"fmt"
 	"net/http"
+	"os"
 	"sort"
 	"strings"
 	"sync"
@@ -185,7 +185,9 @@ func (f *fixture) volume(t *testing.T, name, driver string) *corev1.PersistentVo
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { _ = f.kube.CoreV1().PersistentVolumes().Delete(context.Background(), pvName, metav1.DeleteOptions{}) })
+	t.Cleanup(func() {
+		_ = f.kube.CoreV1().PersistentVolumes().Delete(context.Background(), pvName, metav1.DeleteOptions{})
+	})
 	pvc, err := f.kube.CoreV1().PersistentVolumeClaims(f.ns).Create(ctx, &corev1.PersistentVolumeClaim{
 		ObjectMeta: metav1.ObjectMeta{Name: name},
 		Spec: corev1.PersistentVolumeClaimSpec{
