@@ -1,0 +1,113 @@
+package controller
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/tools/cache"
+)
+
+func TestRouteOutcomes(t *testing.T) {
+	tests := []struct {
+		name        string
+		err         error
+		wantRetries int  // the key's failure count afterwards
+		wantQueued  bool // the key comes back by itself
+	}{
+		{name: "success forgets", err: nil},
+		{name: "requeue after waits without a failure", err: RequeueAfter(10*time.Millisecond, "waiting"), wantQueued: true},
+		{name: "final is not retried", err: Final(errors.New("bad input"))},
+		{name: "wrapped final is not retried", err: errors.Join(Final(errors.New("bad input")))},
+		{name: "conflict is retried", err: apierrors.NewConflict(schema.GroupResource{}, "x", errors.New("stale")), wantRetries: 1, wantQueued: true},
+		{name: "other errors are retried", err: errors.New("boom"), wantRetries: 1, wantQueued: true},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			q := NewQueue[string]("test", Options{RetryStart: time.Millisecond, RetryMax: time.Millisecond},
+				func(context.Context, string) error { return tc.err })
+			defer q.ShutDown()
+			q.Add("k")
+			q.next(context.Background())
+			if got := q.queue.NumRequeues("k"); got != tc.wantRetries {
+				t.Errorf("retries = %d, want %d", got, tc.wantRetries)
+			}
+			time.Sleep(50 * time.Millisecond)
+			if got := q.Len() == 1; got != tc.wantQueued {
+				t.Errorf("queued again = %v, want %v", got, tc.wantQueued)
+			}
+		})
+	}
+}
+
+func TestPanicIsRetried(t *testing.T) {
+	q := NewQueue[string]("panic", Options{RetryStart: time.Millisecond, RetryMax: time.Millisecond},
+		func(context.Context, string) error { panic("bug") })
+	defer q.ShutDown()
+	q.Add("k")
+	q.next(context.Background())
+	if q.queue.NumRequeues("k") != 1 {
+		t.Error("a panicking sync was not retried")
+	}
+}
+
+func obj(name, uid, rv string) *metav1.ObjectMeta {
+	return &metav1.ObjectMeta{Name: name, UID: types.UID("u" + uid), ResourceVersion: rv}
+}
+
+func TestWrites(t *testing.T) {
+	w := NewWrites[*metav1.ObjectMeta]()
+	listed := obj("a", "1", "5")
+	if got := w.Latest(listed); got != listed {
+		t.Fatal("with nothing recorded, the lister's copy wins")
+	}
+	own := obj("a", "1", "7")
+	w.Record(own)
+	if got := w.Latest(listed); got != own {
+		t.Error("a newer own write must win over a stale lister copy")
+	}
+	if !w.Caused(obj("a", "1", "7")) || w.Caused(obj("a", "1", "8")) {
+		t.Error("Caused must match exactly the recorded resourceVersion")
+	}
+	if got, ok := w.Get(Key{Name: "a"}); !ok || got != own {
+		t.Error("Get must return the recorded write")
+	}
+	caughtUp := obj("a", "1", "9")
+	if got := w.Latest(caughtUp); got != caughtUp {
+		t.Error("once the lister is newer, its copy wins")
+	}
+	if _, ok := w.Get(Key{Name: "a"}); ok {
+		t.Error("the write must be dropped once the lister caught up")
+	}
+	w.Record(obj("b", "1", "7"))
+	if got := w.Latest(obj("b", "2", "3")); got.UID != "u2" {
+		t.Error("a recreated object (new uid) must not be shadowed by the old one's write")
+	}
+}
+
+func TestHandlerDropsNoOps(t *testing.T) {
+	var added []string
+	w := NewWrites[*metav1.ObjectMeta]()
+	h := Handler(w, func(o *metav1.ObjectMeta) { added = append(added, o.Name+"@"+o.ResourceVersion) })
+	h.OnAdd(obj("a", "1", "1"), false)
+	h.OnUpdate(obj("a", "1", "1"), obj("a", "1", "1")) // resync
+	w.Record(obj("a", "1", "2"))
+	h.OnUpdate(obj("a", "1", "1"), obj("a", "1", "2")) // our own write
+	h.OnUpdate(obj("a", "1", "2"), obj("a", "1", "3")) // someone else's
+	h.OnDelete(cache.DeletedFinalStateUnknown{Key: "a", Obj: obj("a", "1", "4")})
+	h.OnAdd("not an object", false)
+	want := []string{"a@1", "a@3", "a@4"}
+	if len(added) != len(want) {
+		t.Fatalf("added %v, want %v", added, want)
+	}
+	for i := range want {
+		if added[i] != want[i] {
+			t.Fatalf("added %v, want %v", added, want)
+		}
+	}
+}
