@@ -59,6 +59,10 @@ type reconciler[T object[T]] struct {
 	// failedAt holds, per key, the resourceVersion the sidecar wrote a final create error at:
 	// creation is not tried again until someone else changes the object.
 	failedAt map[controller.Key]string
+	// released holds, per key, the uid of an object whose last finalizer the sidecar removed
+	// while it was being deleted. The API server answers such a write with the object as it
+	// was before (it is gone now), so the own-write cache cannot tell that copy from a stale one.
+	released map[controller.Key]types.UID
 }
 
 func newReconciler[T object[T]](k kind[T], cfg config, kube kubernetes.Interface, recorder record.EventRecorder, m *metrics) *reconciler[T] {
@@ -68,6 +72,7 @@ func newReconciler[T object[T]](k kind[T], cfg config, kube kubernetes.Interface
 		clock:     clock.RealClock{},
 		readiness: flowcontrol.NewBackOff(cfg.retryStart, cfg.retryMax),
 		failedAt:  map[controller.Key]string{},
+		released:  map[controller.Key]types.UID{},
 	}
 }
 
@@ -90,7 +95,7 @@ func (r *reconciler[T]) sync(ctx context.Context, key controller.Key) error {
 		return err
 	}
 	obj := r.writes.Latest(listed)
-	if !r.mine(obj) {
+	if !r.mine(obj) || r.isReleased(key, obj) {
 		return nil
 	}
 	logger := klog.LoggerWithValues(klog.FromContext(ctx), r.kind.keys().name, klog.KObj(obj))
@@ -151,9 +156,23 @@ func (r *reconciler[T]) markFailed(key controller.Key, obj T) {
 	r.failedAt[key] = obj.GetResourceVersion()
 }
 
+// isReleased tells whether the sidecar removed obj's last finalizer while it was being deleted.
+func (r *reconciler[T]) isReleased(key controller.Key, obj T) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.released[key] == obj.GetUID()
+}
+
+func (r *reconciler[T]) markReleased(key controller.Key, obj T) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.released[key] = obj.GetUID()
+}
+
 func (r *reconciler[T]) forget(key controller.Key) {
 	r.mu.Lock()
 	delete(r.failedAt, key)
+	delete(r.released, key)
 	r.mu.Unlock()
 	r.readiness.Reset(key.String())
 }

@@ -176,11 +176,16 @@ func (r *reconciler[T]) deleteBackend(ctx context.Context, obj T) error {
 
 // release removes the bound-protection finalizer: nothing is left to do in the backend.
 func (r *reconciler[T]) release(ctx context.Context, obj T) error {
-	if _, err := r.write(ctx, obj, withoutFinalizer(obj, r.kind.keys().finalizer)); err != nil {
+	changed := withoutFinalizer(obj, r.kind.keys().finalizer)
+	if _, err := r.write(ctx, obj, changed); err != nil {
 		return err
 	}
 	klog.FromContext(ctx).V(2).Info("Removed finalizer")
-	r.forget(controller.KeyOf(obj))
+	key := controller.KeyOf(obj)
+	r.forget(key)
+	if obj.GetDeletionTimestamp() != nil && len(changed.GetFinalizers()) == 0 {
+		r.markReleased(key, obj)
+	}
 	return nil
 }
 
