@@ -22,6 +22,7 @@ import (
 	"github.com/shutter-csi/shutter/client/clientset/versioned/scheme"
 	"github.com/shutter-csi/shutter/pkg/app"
 	"github.com/shutter-csi/shutter/pkg/csi"
+	workqueuemetrics "github.com/shutter-csi/shutter/pkg/metrics"
 	"github.com/shutter-csi/shutter/pkg/protocol"
 )
 
@@ -95,6 +96,7 @@ func Run(ctx context.Context, opts Options) error {
 		return err
 	}
 	reg := app.Registry()
+	workqueuemetrics.RegisterWorkqueue(reg) // before any queue exists, so every queue reports
 	s := &sidecar{opts: opts, csi: driver, kube: kube, snapshots: snapshots, metrics: newMetrics(reg), cfg: cfg}
 	elector := app.NewElector(opts.LeaderElection, LeaseName(driver.DriverName()))
 	var wg sync.WaitGroup
