@@ -26,15 +26,11 @@ func (s *controllerServer) ControllerPublishVolume(ctx context.Context, req *csi
 	if req.GetVolumeCapability() == nil {
 		return nil, status.Error(codes.InvalidArgument, "volume_capability is required")
 	}
-	release, err := s.d.locks.acquire(volumeKey(id))
+	v, release, err := s.d.lockVolume(id)
 	if err != nil {
 		return nil, err
 	}
 	defer release()
-	v, err := s.d.lookupVolume("volume_id", id)
-	if err != nil {
-		return nil, err
-	}
 	if node != s.d.opts.NodeID {
 		return nil, status.Errorf(codes.NotFound, "node %s not found", node)
 	}
@@ -128,15 +124,11 @@ func (s *controllerServer) ControllerModifyVolume(ctx context.Context, req *csi.
 	if err := s.d.checkMutableParameters(req.GetMutableParameters()); err != nil {
 		return nil, err
 	}
-	release, err := s.d.locks.acquire(volumeKey(id))
+	v, release, err := s.d.lockVolume(id)
 	if err != nil {
 		return nil, err
 	}
 	defer release()
-	v, err := s.d.lookupVolume("volume_id", id)
-	if err != nil {
-		return nil, err
-	}
 	v.MutableParameters = maps.Clone(v.MutableParameters)
 	if v.MutableParameters == nil {
 		v.MutableParameters = map[string]string{}

@@ -384,6 +384,19 @@ func (s *controllerServer) DeleteVolume(ctx context.Context, req *csi.DeleteVolu
 	return &csi.DeleteVolumeResponse{}, nil
 }
 
+// lockVolume takes a volume's lock (Aborted when an operation on it is in flight) and reads its
+// record. The caller calls release when err is nil.
+func (d *Driver) lockVolume(id string) (v state.Volume, release func(), err error) {
+	if release, err = d.locks.acquire(volumeKey(id)); err != nil {
+		return v, nil, err
+	}
+	if v, err = d.lookupVolume("volume_id", id); err != nil {
+		release()
+		return v, nil, err
+	}
+	return v, release, nil
+}
+
 // lookupVolume validates id and returns its record or NotFound.
 func (d *Driver) lookupVolume(field, id string) (state.Volume, error) {
 	if err := checkID(field, id); err != nil {
@@ -499,15 +512,11 @@ func (s *controllerServer) ControllerExpandVolume(ctx context.Context, req *csi.
 	if err != nil {
 		return nil, err
 	}
-	release, err := s.d.locks.acquire(volumeKey(id))
+	v, release, err := s.d.lockVolume(id)
 	if err != nil {
 		return nil, err
 	}
 	defer release()
-	v, err := s.d.lookupVolume("volume_id", id)
-	if err != nil {
-		return nil, err
-	}
 	if size <= v.CapacityBytes {
 		return &csi.ControllerExpandVolumeResponse{CapacityBytes: v.CapacityBytes}, nil
 	}

@@ -67,15 +67,11 @@ func (s *nodeServer) NodeStageVolume(ctx context.Context, req *csi.NodeStageVolu
 	if req.GetVolumeCapability() == nil {
 		return nil, status.Error(codes.InvalidArgument, "volume_capability is required")
 	}
-	release, err := s.d.locks.acquire(volumeKey(id))
+	v, release, err := s.d.lockVolume(id)
 	if err != nil {
 		return nil, err
 	}
 	defer release()
-	v, err := s.d.lookupVolume("volume_id", id)
-	if err != nil {
-		return nil, err
-	}
 	if t, err := capabilityAccessType(req.GetVolumeCapability()); err != nil || t != v.AccessType {
 		return nil, status.Errorf(codes.InvalidArgument, "volume capability does not fit this %s volume", v.AccessType)
 	}
@@ -148,15 +144,11 @@ func (s *nodeServer) NodePublishVolume(ctx context.Context, req *csi.NodePublish
 	if req.GetVolumeCapability() == nil {
 		return nil, status.Error(codes.InvalidArgument, "volume_capability is required")
 	}
-	release, err := s.d.locks.acquire(volumeKey(id))
+	v, release, err := s.d.lockVolume(id)
 	if err != nil {
 		return nil, err
 	}
 	defer release()
-	v, err := s.d.lookupVolume("volume_id", id)
-	if err != nil {
-		return nil, err
-	}
 	readOnly := req.GetReadonly() || isReadOnlyMode(req.GetVolumeCapability())
 	if err := checkPublish(v, req.GetVolumeCapability(), target, readOnly); err != nil {
 		return nil, err
@@ -236,15 +228,11 @@ func (s *nodeServer) NodeUnpublishVolume(ctx context.Context, req *csi.NodeUnpub
 	if err := checkTargetPath("target_path", target, s.d.opts.DataDir); err != nil {
 		return nil, err
 	}
-	release, err := s.d.locks.acquire(volumeKey(id))
+	v, release, err := s.d.lockVolume(id)
 	if err != nil {
 		return nil, err
 	}
 	defer release()
-	v, err := s.d.lookupVolume("volume_id", id)
-	if err != nil {
-		return nil, err
-	}
 	if _, ok := v.Published[target]; ok {
 		if err := unmountAll(target); err != nil {
 			return nil, status.Errorf(codes.Internal, "unpublish volume: %v", err)
