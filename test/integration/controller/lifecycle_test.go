@@ -112,6 +112,7 @@ func TestDynamicSnapshotLifecycle(t *testing.T) {
 }
 
 func TestRetainKeepsContent(t *testing.T) {
+	t.Parallel()
 	f := setup(t)
 	driver := "retain.csi.test"
 	f.class(t, "retain", driver, snapshotv1.VolumeSnapshotContentRetain, true, nil)
@@ -138,6 +139,7 @@ func TestRetainKeepsContent(t *testing.T) {
 }
 
 func TestPreProvisionedBinding(t *testing.T) {
+	t.Parallel()
 	f := setup(t)
 	driver := "preprovisioned.csi.test"
 	startActor(t, f.client, driver)
@@ -174,6 +176,7 @@ func TestPreProvisionedBinding(t *testing.T) {
 // TestBadInputRecovers walks through user errors: each is reported in status and an event,
 // and the snapshot proceeds once the cause is fixed.
 func TestBadInputRecovers(t *testing.T) {
+	t.Parallel()
 	f := setup(t)
 	driver := "errors.csi.test"
 	startActor(t, f.client, driver)
@@ -220,6 +223,7 @@ func TestBadInputRecovers(t *testing.T) {
 // TestNoDeletionWhileBeingCreated holds the backend in the being-created state and deletes the
 // snapshot: the content must wait until the backend has answered.
 func TestNoDeletionWhileBeingCreated(t *testing.T) {
+	t.Parallel()
 	f := setup(t)
 	driver := "slow.csi.test"
 	f.class(t, "slow", driver, snapshotv1.VolumeSnapshotContentDelete, true, nil)

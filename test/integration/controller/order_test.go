@@ -1,0 +1,173 @@
+package controller
+
+import (
+	"context"
+	"slices"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
+
+	snapshotv1 "github.com/shutter-csi/shutter/client/apis/volumesnapshot/v1"
+	"github.com/shutter-csi/shutter/pkg/protocol"
+)
+
+func (f *fixture) deleteSnapshot(t *testing.T, name string) {
+	t.Helper()
+	if err := f.client.SnapshotV1().VolumeSnapshots(f.ns).Delete(context.Background(), name, metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func (f *fixture) waitClaimGone(t *testing.T, name string) {
+	t.Helper()
+	err := wait.PollUntilContextTimeout(context.Background(), 50*time.Millisecond, 30*time.Second, true, func(ctx context.Context) (bool, error) {
+		_, err := f.kube.CoreV1().PersistentVolumeClaims(f.ns).Get(ctx, name, metav1.GetOptions{})
+		return apierrors.IsNotFound(err), nil
+	})
+	if err != nil {
+		t.Fatalf("claim %s still there: %v", name, err)
+	}
+}
+
+// TestClaimDeletedWhileSnapshotIsTaken deletes the source claim while the backend is still
+// cutting the snapshot: the claim waits for the snapshot, then goes.
+func TestClaimDeletedWhileSnapshotIsTaken(t *testing.T) {
+	t.Parallel()
+	f := setup(t)
+	driver := "claimfirst.csi.test"
+	f.class(t, "claimfirst", driver, snapshotv1.VolumeSnapshotContentDelete, true, nil)
+	a := startActor(t, f.client, driver)
+	a.setHold(true)
+	f.volume(t, "data", driver)
+	vs := f.snapshot(t, "snap", snapshotv1.VolumeSnapshotSource{PersistentVolumeClaimName: ptr("data")}, "")
+	f.waitClaim(t, "data", func(pvc *corev1.PersistentVolumeClaim) bool {
+		return slices.Contains(pvc.Finalizers, protocol.PVCAsSourceFinalizer)
+	})
+	if err := f.kube.CoreV1().PersistentVolumeClaims(f.ns).Delete(context.Background(), "data", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(time.Second)
+	f.waitClaim(t, "data", func(pvc *corev1.PersistentVolumeClaim) bool { return pvc.DeletionTimestamp != nil })
+	a.setHold(false)
+	f.waitSnapshot(t, vs.Name, ready)
+	f.waitClaimGone(t, "data")
+}
+
+// TestContentDeletedFirst deletes the content of a ready snapshot: the content waits for its
+// snapshot (the backend snapshot is kept), and both go once the snapshot is deleted.
+func TestContentDeletedFirst(t *testing.T) {
+	t.Parallel()
+	f := setup(t)
+	driver := "contentfirst.csi.test"
+	f.class(t, "contentfirst", driver, snapshotv1.VolumeSnapshotContentDelete, true, nil)
+	a := startActor(t, f.client, driver)
+	f.volume(t, "data", driver)
+	vs := f.waitSnapshot(t, f.snapshot(t, "snap", snapshotv1.VolumeSnapshotSource{PersistentVolumeClaimName: ptr("data")}, "").Name, ready)
+	content := *vs.Status.BoundVolumeSnapshotContentName
+	if err := f.client.SnapshotV1().VolumeSnapshotContents().Delete(context.Background(), content, metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(time.Second)
+	if len(a.deletedHandles()) != 0 {
+		t.Fatalf("backend snapshot deleted while its VolumeSnapshot exists: %v", a.deletedHandles())
+	}
+	if _, err := f.client.SnapshotV1().VolumeSnapshotContents().Get(context.Background(), content, metav1.GetOptions{}); err != nil {
+		t.Fatalf("content of a live snapshot went away: %v", err)
+	}
+	f.deleteSnapshot(t, vs.Name)
+	f.waitSnapshot(t, vs.Name, gone)
+	f.waitContentGone(t, content)
+	if len(a.deletedHandles()) != 1 {
+		t.Errorf("backend snapshots deleted: %v", a.deletedHandles())
+	}
+}
+
+// TestClassDeletedFirst deletes the class of a ready snapshot; deleting the snapshot still
+// cleans up everything, since nothing reads the class after the content exists.
+func TestClassDeletedFirst(t *testing.T) {
+	t.Parallel()
+	f := setup(t)
+	driver := "classfirst.csi.test"
+	f.class(t, "classfirst", driver, snapshotv1.VolumeSnapshotContentDelete, true, nil)
+	startActor(t, f.client, driver)
+	f.volume(t, "data", driver)
+	vs := f.waitSnapshot(t, f.snapshot(t, "snap", snapshotv1.VolumeSnapshotSource{PersistentVolumeClaimName: ptr("data")}, "").Name, ready)
+	if err := f.client.SnapshotV1().VolumeSnapshotClasses().Delete(context.Background(), "classfirst", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	f.deleteSnapshot(t, vs.Name)
+	f.waitSnapshot(t, vs.Name, gone)
+	f.waitContentGone(t, *vs.Status.BoundVolumeSnapshotContentName)
+}
+
+// TestNamespaceDeletion deletes a namespace holding claims and snapshots: the namespace goes,
+// and with it every content of a Delete policy and its backend snapshot.
+func TestNamespaceDeletion(t *testing.T) {
+	t.Parallel()
+	f := setup(t)
+	driver := "namespace.csi.test"
+	f.class(t, "namespace", driver, snapshotv1.VolumeSnapshotContentDelete, true, nil)
+	a := startActor(t, f.client, driver)
+	var contents []string
+	for _, name := range []string{"a", "b"} {
+		f.volume(t, name, driver)
+		vs := f.waitSnapshot(t, f.snapshot(t, "snap-"+name, snapshotv1.VolumeSnapshotSource{PersistentVolumeClaimName: &name}, "").Name, ready)
+		contents = append(contents, *vs.Status.BoundVolumeSnapshotContentName)
+	}
+	if err := f.kube.CoreV1().Namespaces().Delete(context.Background(), f.ns, metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	err := wait.PollUntilContextTimeout(context.Background(), 100*time.Millisecond, 60*time.Second, true, func(ctx context.Context) (bool, error) {
+		_, err := f.kube.CoreV1().Namespaces().Get(ctx, f.ns, metav1.GetOptions{})
+		return apierrors.IsNotFound(err), nil
+	})
+	if err != nil {
+		t.Fatalf("namespace %s not deleted: %v", f.ns, err)
+	}
+	for _, c := range contents {
+		f.waitContentGone(t, c)
+	}
+	if len(a.deletedHandles()) != 2 {
+		t.Errorf("backend snapshots deleted: %v", a.deletedHandles())
+	}
+}
+
+// TestRestoreKeepsSnapshot deletes a snapshot while a claim is being restored from it: the
+// snapshot stays until the claim is no longer pending.
+func TestRestoreKeepsSnapshot(t *testing.T) {
+	t.Parallel()
+	f := setup(t)
+	driver := "restore.csi.test"
+	f.class(t, "restore", driver, snapshotv1.VolumeSnapshotContentDelete, true, nil)
+	startActor(t, f.client, driver)
+	f.volume(t, "data", driver)
+	vs := f.waitSnapshot(t, f.snapshot(t, "snap", snapshotv1.VolumeSnapshotSource{PersistentVolumeClaimName: ptr("data")}, "").Name, ready)
+	group := snapshotv1.GroupName
+	_, err := f.kube.CoreV1().PersistentVolumeClaims(f.ns).Create(context.Background(), &corev1.PersistentVolumeClaim{
+		ObjectMeta: metav1.ObjectMeta{Name: "restored"},
+		Spec: corev1.PersistentVolumeClaimSpec{
+			AccessModes:      []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOnce},
+			StorageClassName: ptr("no-provisioner-here"),
+			DataSource:       &corev1.TypedLocalObjectReference{APIGroup: &group, Kind: "VolumeSnapshot", Name: vs.Name},
+			Resources:        corev1.VolumeResourceRequirements{Requests: corev1.ResourceList{corev1.ResourceStorage: resource.MustParse("1Gi")}},
+		},
+	}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.deleteSnapshot(t, vs.Name)
+	time.Sleep(2 * time.Second)
+	held := f.waitSnapshot(t, vs.Name, func(vs *snapshotv1.VolumeSnapshot) bool { return vs != nil })
+	if !slices.Contains(held.Finalizers, protocol.SnapshotAsSourceFinalizer) {
+		t.Fatalf("snapshot lost its as-source finalizer while a claim restores from it: %v", held.Finalizers)
+	}
+	if err := f.kube.CoreV1().PersistentVolumeClaims(f.ns).Delete(context.Background(), "restored", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	f.waitSnapshot(t, vs.Name, gone)
+}
