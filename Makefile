@@ -5,16 +5,22 @@ GO ?= go
 BIN := bin
 CMDS := $(notdir $(wildcard cmd/*))
 
-.PHONY: all build generate verify test test-unit bench cluster-up cluster-down tools clean
+.PHONY: all build generate verify test test-unit bench cluster-up cluster-down tools clean manifests demo
 
 all: build
 
 build:
 	$(GO) build -o $(BIN)/ $(addprefix ./cmd/,$(CMDS))
 
-## generate: regenerate deepcopy, clientset, listers, informers and CRDs from client/apis
+## generate: regenerate deepcopy, clientset, listers, informers and CRDs from client/apis, and
+## copy the CRDs into the Helm chart
 generate:
 	hack/update-codegen.sh
+	hack/update-chart-crds.sh
+
+## manifests: render deploy/manifests (plain YAML for clusters without Helm) from the chart
+manifests:
+	deploy/render-manifests.sh
 
 ## verify: gofmt, go vet, and generated code up to date
 verify:
@@ -27,6 +33,10 @@ test:
 ## test-unit: the tests that need no control plane
 test-unit:
 	$(GO) test -short -count=1 ./... ./client/...
+
+## demo: snapshot, restore and verify data with the chart's RBAC on a local control plane
+demo:
+	hack/demo.sh
 
 ## bench: Go benchmarks (speed and memory targets live here, not in timed tests); the hostpath
 ## driver's compare snapshot, restore and bursts with `tar czf` of the same data (about 90 s)

@@ -1,0 +1,75 @@
+{{/* The release's base name for every object, at most 63 characters. */}}
+{{- define "shutter.fullname" -}}
+{{- if contains .Chart.Name .Release.Name -}}
+{{- .Release.Name | trunc 63 | trimSuffix "-" -}}
+{{- else -}}
+{{- printf "%s-%s" .Release.Name .Chart.Name | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+{{- end -}}
+
+{{/* Labels every object carries; pass a dict with "root" and "component". */}}
+{{- define "shutter.labels" -}}
+helm.sh/chart: {{ printf "%s-%s" .root.Chart.Name .root.Chart.Version | replace "+" "_" }}
+app.kubernetes.io/managed-by: {{ .root.Release.Service }}
+app.kubernetes.io/part-of: shutter
+app.kubernetes.io/version: {{ .root.Chart.AppVersion | quote }}
+{{ include "shutter.selectorLabels" . }}
+{{- end -}}
+
+{{/* Labels that select a component's pods. */}}
+{{- define "shutter.selectorLabels" -}}
+app.kubernetes.io/name: {{ .root.Chart.Name }}
+app.kubernetes.io/instance: {{ .root.Release.Name }}
+app.kubernetes.io/component: {{ .component }}
+{{- end -}}
+
+{{/* Name of the snapshot-controller's objects. */}}
+{{- define "shutter.controller.name" -}}
+{{- printf "%s-snapshot-controller" (include "shutter.fullname" .) | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+
+{{- define "shutter.controller.serviceAccount" -}}
+{{- default (include "shutter.controller.name" .) .Values.snapshotController.serviceAccount.name -}}
+{{- end -}}
+
+{{/* Name of the hostpath driver's objects. */}}
+{{- define "shutter.hostpath.name" -}}
+{{- printf "%s-hostpath" (include "shutter.fullname" .) | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+
+{{- define "shutter.hostpath.serviceAccount" -}}
+{{- default (include "shutter.hostpath.name" .) .Values.hostpath.serviceAccount.name -}}
+{{- end -}}
+
+{{/* An image reference; pass a dict with "root" and "image". Shutter's own images (a repository
+without a registry) get global.imageRegistry and, without a tag, global.imageTag or appVersion. */}}
+{{- define "shutter.image" -}}
+{{- $repo := .image.repository -}}
+{{- if not (contains "/" $repo) -}}
+{{- $repo = printf "%s/%s" .root.Values.global.imageRegistry $repo -}}
+{{- end -}}
+{{- $tag := .image.tag | default .root.Values.global.imageTag | default .root.Chart.AppVersion -}}
+{{- printf "%s:%s" $repo $tag -}}
+{{- end -}}
+
+{{/* The restricted container security context (Pod Security Standard "restricted"). */}}
+{{- define "shutter.restrictedContainer" -}}
+allowPrivilegeEscalation: false
+readOnlyRootFilesystem: true
+runAsNonRoot: true
+capabilities:
+  drop: [ALL]
+seccompProfile:
+  type: RuntimeDefault
+{{- end -}}
+
+{{/* Hardened like the restricted profile, but run as the image's user: sidecars that share the
+driver's root-owned socket must be able to open it. */}}
+{{- define "shutter.socketContainer" -}}
+allowPrivilegeEscalation: false
+readOnlyRootFilesystem: true
+capabilities:
+  drop: [ALL]
+seccompProfile:
+  type: RuntimeDefault
+{{- end -}}

@@ -1,0 +1,30 @@
+#!/usr/bin/env bash
+# render-manifests.sh renders the plain manifests in deploy/manifests from the Helm chart with its
+# default values, for clusters without Helm: crds.yaml (the chart's CRDs) and shutter.yaml (the
+# namespace and everything else). They are never edited by hand; hack/verify.sh re-renders them
+# into a scratch folder and fails when they differ.
+#
+# Usage: deploy/render-manifests.sh [output-dir]   (default: deploy/manifests)
+set -euo pipefail
+root=$(cd "$(dirname "$0")/.." && pwd)
+out=${1:-$root/deploy/manifests}
+chart="$root/deploy/helm/shutter"
+namespace=shutter-system
+# Only for the chart's kubeVersion check; nothing rendered depends on it.
+kube_version=1.37.2
+helm="$("$root/hack/build-tools.sh" helm | tail -1)/helm"
+
+mkdir -p "$out"
+header="# Rendered from deploy/helm/shutter by deploy/render-manifests.sh (make manifests); do not edit."
+{
+  echo "$header"
+  for f in "$chart"/crds/*.yaml; do
+    cat "$f"
+  done
+} >"$out/crds.yaml"
+{
+  echo "$header"
+  printf -- '---\napiVersion: v1\nkind: Namespace\nmetadata:\n  name: %s\n' "$namespace"
+  "$helm" template shutter "$chart" --namespace "$namespace" --skip-tests --kube-version "$kube_version"
+} >"$out/shutter.yaml"
+echo "manifests: rendered ${out#"$root"/}/crds.yaml and shutter.yaml" >&2
