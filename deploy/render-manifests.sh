@@ -10,8 +10,6 @@ root=$(cd "$(dirname "$0")/.." && pwd)
 out=${1:-$root/deploy/manifests}
 chart="$root/deploy/helm/shutter"
 namespace=shutter-system
-# Only for the chart's kubeVersion check; nothing rendered depends on it.
-kube_version=1.37.2
 helm="$("$root/hack/build-tools.sh" helm | tail -1)/helm"
 
 mkdir -p "$out"
@@ -25,6 +23,6 @@ header="# Rendered from deploy/helm/shutter by deploy/render-manifests.sh (make 
 {
   echo "$header"
   printf -- '---\napiVersion: v1\nkind: Namespace\nmetadata:\n  name: %s\n' "$namespace"
-  "$helm" template shutter "$chart" --namespace "$namespace" --skip-tests --kube-version "$kube_version"
+  "$helm" template shutter "$chart" --namespace "$namespace" --skip-tests
 } >"$out/shutter.yaml"
 echo "manifests: rendered ${out#"$root"/}/crds.yaml and shutter.yaml" >&2
