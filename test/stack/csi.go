@@ -88,3 +88,16 @@ func (c *CSI) ListSnapshots(ctx context.Context) ([]*csi.Snapshot, error) {
 
 // VolumePath is the folder that holds a filesystem volume's data on the driver's side.
 func (c *CSI) VolumePath(id string) string { return filepath.Join(c.dataDir, "volumes", id) }
+
+// CreateSnapshot takes a backend snapshot of a volume directly, as an admin would before
+// pre-provisioning a content for it, and returns its ID once it is ready.
+func (c *CSI) CreateSnapshot(ctx context.Context, name, volumeID string) (string, error) {
+	resp, err := c.controller.CreateSnapshot(ctx, &csi.CreateSnapshotRequest{Name: name, SourceVolumeId: volumeID})
+	if err != nil {
+		return "", fmt.Errorf("CreateSnapshot %s: %w", name, err)
+	}
+	if !resp.GetSnapshot().GetReadyToUse() {
+		return "", fmt.Errorf("CreateSnapshot %s: not ready to use", name)
+	}
+	return resp.GetSnapshot().GetSnapshotId(), nil
+}
