@@ -9,6 +9,8 @@ import (
 	"fmt"
 	"os"
 	"os/signal"
+	"strconv"
+	"strings"
 	"syscall"
 	"time"
 
@@ -34,6 +36,8 @@ func main() {
 	fs.DurationVar(&opts.Controller.ResyncPeriod, "resync-period", 15*time.Minute, "How often every object is looked at again as a safety net; 0 disables it.")
 	fs.BoolVar(&opts.Controller.DistributedSnapshotting, "enable-distributed-snapshotting", false, "Label each content with the node of its volume, for node-local sidecars.")
 	fs.BoolVar(&opts.Controller.PreventVolumeModeConversion, "prevent-volume-mode-conversion", true, "Record each content's source volume mode so that restores cannot change it unnoticed.")
+	gates := featureGates{"CSIVolumeGroupSnapshot": true}
+	fs.Var(gates, "feature-gates", "Comma-separated Name=true|false pairs. CSIVolumeGroupSnapshot (default true) reconciles VolumeGroupSnapshots.")
 	showVersion := fs.Bool("version", false, "Print the version and exit.")
 	_ = fs.Parse(os.Args[1:])
 	if *showVersion {
@@ -45,6 +49,8 @@ func main() {
 		os.Exit(2)
 	}
 
+	opts.Controller.Groups = gates["CSIVolumeGroupSnapshot"]
+
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	logger := klog.Background().WithName(snapshot.Name)
@@ -55,4 +61,30 @@ func main() {
 		klog.FlushAndExit(klog.ExitFlushTimeout, 1)
 	}
 	klog.Flush()
+}
+
+// featureGates is the --feature-gates flag: known names only, each true or false.
+type featureGates map[string]bool
+
+func (g featureGates) String() string {
+	var parts []string
+	for name, on := range g {
+		parts = append(parts, fmt.Sprintf("%s=%t", name, on))
+	}
+	return strings.Join(parts, ",")
+}
+
+func (g featureGates) Set(value string) error {
+	for _, pair := range strings.Split(value, ",") {
+		name, val, ok := strings.Cut(strings.TrimSpace(pair), "=")
+		if _, known := g[name]; !known || !ok {
+			return fmt.Errorf("unknown feature gate %q (known: CSIVolumeGroupSnapshot=true|false)", pair)
+		}
+		on, err := strconv.ParseBool(val)
+		if err != nil {
+			return fmt.Errorf("feature gate %s: %w", name, err)
+		}
+		g[name] = on
+	}
+	return nil
 }

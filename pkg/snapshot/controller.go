@@ -16,6 +16,7 @@ package snapshot
 import (
 	"context"
 	"fmt"
+	"sync/atomic"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -47,6 +48,8 @@ type Options struct {
 	DistributedSnapshotting bool
 	// PreventVolumeModeConversion records each content's source volume mode.
 	PreventVolumeModeConversion bool
+	// Groups turns on VolumeGroupSnapshots (the CSIVolumeGroupSnapshot feature gate).
+	Groups bool
 	// StatusGrace is how long a new snapshot's status waits for the sidecar's first report, so
 	// that binding and readiness usually land in one write.
 	StatusGrace time.Duration
@@ -77,6 +80,9 @@ type Controller struct {
 	snapshotQueue *controller.Queue[controller.Key]
 	contentQueue  *controller.Queue[controller.Key]
 	synced        []cache.InformerSynced
+
+	// groups reconciles the group kinds once they are enabled and served; nil until then.
+	groups atomic.Pointer[groups]
 }
 
 // New wires the reconcilers to informers from the two factories; start the factories, then Run.
@@ -106,7 +112,7 @@ func New(kube kubernetes.Interface, client clientset.Interface, kubeInformers in
 		informer cache.SharedIndexInformer
 		indexers cache.Indexers
 	}{
-		{vs.Informer(), cache.Indexers{bySourcePVC: snapshotsBySourcePVC}},
+		{vs.Informer(), cache.Indexers{bySourcePVC: snapshotsBySourcePVC, byGroup: snapshotsByGroup}},
 		{vsc.Informer(), cache.Indexers{bySnapshotRef: contentsBySnapshotRef}},
 		{class.Informer(), cache.Indexers{byDriver: classesByDriver}},
 		{pvc.Informer(), cache.Indexers{byRestoreSource: claimsByRestoreSource}},
@@ -140,6 +146,24 @@ func New(kube kubernetes.Interface, client clientset.Interface, kubeInformers in
 	return c, nil
 }
 
+// EnableGroups starts the group reconcilers on informers from factory (which the caller starts
+// again afterwards so the new informers run). It is safe to call while Run runs.
+func (c *Controller) EnableGroups(ctx context.Context, factory snapinformers.SharedInformerFactory) error {
+	if c.groups.Load() != nil {
+		return nil
+	}
+	g, err := newGroups(c, factory)
+	if err != nil {
+		return err
+	}
+	if !c.groups.CompareAndSwap(nil, g) {
+		return nil
+	}
+	factory.Start(ctx.Done())
+	go g.run(ctx)
+	return nil
+}
+
 // Run waits for the caches, then runs the workers until ctx is done and in-flight syncs finish.
 func (c *Controller) Run(ctx context.Context) error {
 	logger := klog.FromContext(ctx)
@@ -168,6 +192,9 @@ func (c *Controller) Run(ctx context.Context) error {
 // onSnapshot queues a changed snapshot and the content it names.
 func (c *Controller) onSnapshot(vs *snapshotv1.VolumeSnapshot) {
 	c.snapshotQueue.Add(controller.KeyOf(vs))
+	if g := c.groups.Load(); g != nil {
+		g.onMember(vs)
+	}
 	name := boundContentName(vs)
 	if name == "" && vs.Spec.Source.PersistentVolumeClaimName != nil {
 		name = protocol.ContentName(vs.UID)

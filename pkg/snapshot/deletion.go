@@ -5,12 +5,10 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/klog/v2"
 
 	snapshotv1 "github.com/shutter-csi/shutter/client/apis/volumesnapshot/v1"
-	"github.com/shutter-csi/shutter/pkg/controller"
 	"github.com/shutter-csi/shutter/pkg/metrics"
 	"github.com/shutter-csi/shutter/pkg/protocol"
 )
@@ -22,6 +20,10 @@ const beingCreatedWait = 5 * time.Second
 // restored from it, a Delete-policy content is handed to the sidecar (annotated being-deleted, then
 // deleted), and the snapshot's finalizers are dropped.
 func (c *Controller) finalizeSnapshot(ctx context.Context, vs *snapshotv1.VolumeSnapshot) error {
+	if hasFinalizer(vs, protocol.SnapshotInGroupFinalizer) {
+		klog.FromContext(ctx).V(4).Info("Keeping snapshot: its group holds it")
+		return nil // the group lets it go when the group itself is deleted
+	}
 	ours := []string{protocol.SnapshotAsSourceFinalizer, protocol.SnapshotBoundFinalizer}
 	if !hasFinalizer(vs, ours[0]) && !hasFinalizer(vs, ours[1]) {
 		return c.releaseClaim(ctx, vs)
@@ -49,28 +51,18 @@ func (c *Controller) finalizeSnapshot(ctx context.Context, vs *snapshotv1.Volume
 	return c.releaseClaim(ctx, vs)
 }
 
-// releaseContent hands a content whose snapshot is gone or going to the sidecar: it marks it
-// being-deleted and deletes it. It never does so while the sidecar may still be creating it.
+// contentReleaser hands single contents to the sidecar.
+func (c *Controller) contentReleaser() releaser[*snapshotv1.VolumeSnapshotContent] {
+	contents := c.client.SnapshotV1().VolumeSnapshotContents()
+	return releaser[*snapshotv1.VolumeSnapshotContent]{
+		beingCreated: protocol.AnnBeingCreated, beingDeleted: protocol.AnnBeingDeleted,
+		patch: contents.Patch, writes: c.contentWrites, delete: contents.Delete,
+	}
+}
+
+// releaseContent hands a content whose snapshot is gone or going to the sidecar.
 func (c *Controller) releaseContent(ctx context.Context, content *snapshotv1.VolumeSnapshotContent) error {
-	if _, creating := content.Annotations[protocol.AnnBeingCreated]; creating {
-		return controller.RequeueAfter(beingCreatedWait, "content is still being created")
-	}
-	if _, ok := content.Annotations[protocol.AnnBeingDeleted]; !ok {
-		updated := content.DeepCopy()
-		if updated.Annotations == nil {
-			updated.Annotations = map[string]string{}
-		}
-		updated.Annotations[protocol.AnnBeingDeleted] = protocol.AnnValueYes
-		var err error
-		if content, err = c.patchContent(ctx, content, updated); err != nil {
-			return ignoreNotFound(err)
-		}
-	}
-	if content.DeletionTimestamp != nil || content.Spec.DeletionPolicy != snapshotv1.VolumeSnapshotContentDelete {
-		return nil
-	}
-	klog.FromContext(ctx).V(2).Info("Deleting content", "content", content.Name)
-	return c.deleteContent(ctx, content)
+	return c.contentReleaser().release(ctx, content, content.Spec.DeletionPolicy == snapshotv1.VolumeSnapshotContentDelete)
 }
 
 // restoring tells whether a claim is still being provisioned from vs.
@@ -107,22 +99,12 @@ func (c *Controller) syncContent(ctx context.Context, content *snapshotv1.Volume
 	return c.releaseContent(ctx, content)
 }
 
-// snapshotGone tells whether the snapshot a content is bound to no longer exists. A lister miss
-// is confirmed with the API server, so a slow informer never costs a backend snapshot.
+// snapshotGone tells whether the snapshot a content is bound to no longer exists.
 func (c *Controller) snapshotGone(ctx context.Context, content *snapshotv1.VolumeSnapshotContent) (bool, error) {
 	ref := content.Spec.VolumeSnapshotRef
-	vs, err := c.snapshots.VolumeSnapshots(ref.Namespace).Get(ref.Name)
-	if err == nil {
-		return vs.UID != ref.UID, nil
-	}
-	if !apierrors.IsNotFound(err) {
-		return false, err
-	}
-	vs, err = c.client.SnapshotV1().VolumeSnapshots(ref.Namespace).Get(ctx, ref.Name, metav1.GetOptions{})
-	if apierrors.IsNotFound(err) {
-		return true, nil
-	} else if err != nil {
-		return false, err
-	}
-	return vs.UID != ref.UID, nil
+	return refGone(ctx, ref.UID, func() (metav1.Object, error) {
+		return c.snapshots.VolumeSnapshots(ref.Namespace).Get(ref.Name)
+	}, func(ctx context.Context) (metav1.Object, error) {
+		return c.client.SnapshotV1().VolumeSnapshots(ref.Namespace).Get(ctx, ref.Name, metav1.GetOptions{})
+	})
 }

@@ -17,6 +17,8 @@ const (
 	byRestoreSource = "restoreSource"
 	// byDriver indexes VolumeSnapshotClasses by driver.
 	byDriver = "driver"
+	// byGroup indexes VolumeSnapshots by the uid of the VolumeGroupSnapshot that owns them.
+	byGroup = "group"
 	// bySnapshotRef indexes VolumeSnapshotContents by the "namespace/name" of their snapshot ref.
 	bySnapshotRef = "snapshotRef"
 )
@@ -87,4 +89,17 @@ func indexed[T any](indexer cache.Indexer, index, key string) []T {
 		}
 	}
 	return out
+}
+
+func snapshotsByGroup(obj any) ([]string, error) {
+	vs, ok := obj.(*snapshotv1.VolumeSnapshot)
+	if !ok {
+		return nil, nil
+	}
+	for _, ref := range vs.OwnerReferences {
+		if ref.Kind == "VolumeGroupSnapshot" {
+			return []string{string(ref.UID)}, nil
+		}
+	}
+	return nil, nil
 }

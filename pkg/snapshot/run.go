@@ -17,6 +17,7 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/prometheus/client_golang/prometheus"
+	groupv1 "github.com/shutter-csi/shutter/client/apis/volumegroupsnapshot/v1"
 	snapshotv1 "github.com/shutter-csi/shutter/client/apis/volumesnapshot/v1"
 	clientset "github.com/shutter-csi/shutter/client/clientset/versioned"
 	snapscheme "github.com/shutter-csi/shutter/client/clientset/versioned/scheme"
@@ -92,6 +93,9 @@ func runController(ctx context.Context, kube kubernetes.Interface, client client
 	reg.MustRegister(c.Collectors()...)
 	kubeInformers.Start(ctx.Done())
 	snapInformers.Start(ctx.Done())
+	if opts.Groups {
+		go enableGroupsWhenServed(ctx, kube, c, snapInformers)
+	}
 	defer kubeInformers.Shutdown()
 	defer snapInformers.Shutdown()
 	return c.Run(ctx)
@@ -133,6 +137,30 @@ func waitForCRDs(ctx context.Context, kube kubernetes.Interface, maxInterval tim
 		case <-ctx.Done():
 			return ctx.Err()
 		case <-time.After(delay):
+		}
+	}
+}
+
+// enableGroupsWhenServed starts the group reconcilers as soon as the API server serves the group
+// kinds: at once when their CRDs are installed, or whenever they are installed later, without a
+// restart. Single snapshots are served meanwhile.
+func enableGroupsWhenServed(ctx context.Context, kube kubernetes.Interface, c *Controller, factory snapinformers.SharedInformerFactory) {
+	logger := klog.FromContext(ctx)
+	want := []string{"volumegroupsnapshots", "volumegroupsnapshotcontents", "volumegroupsnapshotclasses"}
+	for {
+		missing, err := missingResources(kube, groupv1.SchemeGroupVersion.String(), want)
+		if err == nil && len(missing) == 0 {
+			if err := c.EnableGroups(ctx, factory); err != nil {
+				logger.Error(err, "Cannot start group snapshot reconcilers")
+			}
+			return
+		}
+		logger.Info("Group snapshot CRDs are not installed; serving single snapshots only and checking again later",
+			"missing", missing, "retryIn", groupCRDPoll)
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(groupCRDPoll):
 		}
 	}
 }

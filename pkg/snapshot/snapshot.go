@@ -46,6 +46,8 @@ func (c *Controller) syncSnapshot(ctx context.Context, vs *snapshotv1.VolumeSnap
 	switch {
 	case content != nil:
 		return c.syncBound(ctx, vs, content)
+	case groupOf(vs) != "" && (vs.Status == nil || vs.Status.BoundVolumeSnapshotContentName == nil):
+		return nil // a new group member: its group creates the content next
 	case boundContentName(vs) != "":
 		return c.fail(ctx, vs, ReasonContentMissing, fmt.Errorf("VolumeSnapshotContent %s does not exist", boundContentName(vs)))
 	default:
@@ -142,6 +144,9 @@ func (c *Controller) mirrorStatus(ctx context.Context, vs *snapshotv1.VolumeSnap
 	if err != nil {
 		return nil, err
 	}
+	if g := c.groups.Load(); g != nil {
+		g.onMember(result) // the group's readiness follows its members'; our own writes raise no event
+	}
 	switch {
 	case isReady(result) && !wasReady:
 		klog.FromContext(ctx).V(2).Info("Snapshot ready", "content", content.Name)
@@ -161,6 +166,9 @@ func desiredStatus(vs *snapshotv1.VolumeSnapshot, content *snapshotv1.VolumeSnap
 	want := &snapshotv1.VolumeSnapshotStatus{BoundVolumeSnapshotContentName: ptr(content.Name)}
 	if vs.Status != nil {
 		want.VolumeGroupSnapshotName = vs.Status.VolumeGroupSnapshotName
+	}
+	if group := groupOf(vs); group != "" {
+		want.VolumeGroupSnapshotName = &group
 	}
 	st := content.Status
 	if st == nil {

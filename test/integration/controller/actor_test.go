@@ -11,6 +11,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 
+	groupv1 "github.com/shutter-csi/shutter/client/apis/volumegroupsnapshot/v1"
 	snapshotv1 "github.com/shutter-csi/shutter/client/apis/volumesnapshot/v1"
 	clientset "github.com/shutter-csi/shutter/client/clientset/versioned"
 	"github.com/shutter-csi/shutter/pkg/protocol"
@@ -64,6 +65,54 @@ func (a *actor) pass(ctx context.Context) {
 			a.handle(ctx, content)
 		}
 	}
+	groups, err := a.client.GroupsnapshotV1().VolumeGroupSnapshotContents().List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return
+	}
+	for i := range groups.Items {
+		if groups.Items[i].Spec.Driver == a.driver {
+			a.handleGroup(ctx, &groups.Items[i])
+		}
+	}
+}
+
+// handleGroup plays the sidecar for a group content: one backend group snapshot with a member per
+// volume, and its deletion.
+func (a *actor) handleGroup(ctx context.Context, content *groupv1.VolumeGroupSnapshotContent) {
+	_, creating := content.Annotations[protocol.AnnGroupBeingCreated]
+	_, deleting := content.Annotations[protocol.AnnGroupBeingDeleted]
+	patch := func(p map[string]any) {
+		data, _ := json.Marshal(p)
+		_, _ = a.client.GroupsnapshotV1().VolumeGroupSnapshotContents().Patch(ctx, content.Name, types.MergePatchType, data, metav1.PatchOptions{})
+	}
+	switch {
+	case content.DeletionTimestamp != nil && !creating && (deleting || content.Spec.DeletionPolicy == snapshotv1.VolumeSnapshotContentRetain):
+		if deleting && content.Spec.DeletionPolicy == snapshotv1.VolumeSnapshotContentDelete && content.Status != nil {
+			a.mu.Lock()
+			a.deleted = append(a.deleted, *content.Status.VolumeGroupSnapshotHandle)
+			a.mu.Unlock()
+		}
+		patch(map[string]any{"metadata": map[string]any{"finalizers": without(content.Finalizers, protocol.GroupContentBoundFinalizer)}})
+	case content.DeletionTimestamp != nil || content.Status != nil || len(content.Spec.Source.VolumeHandles) == 0:
+	case !creating:
+		patch(map[string]any{"metadata": map[string]any{"annotations": map[string]any{protocol.AnnGroupBeingCreated: "yes"}}})
+	default:
+		now := time.Now()
+		updated := content.DeepCopy()
+		handle := "group-" + string(content.Spec.VolumeGroupSnapshotRef.UID)
+		updated.Status = &groupv1.VolumeGroupSnapshotContentStatus{
+			VolumeGroupSnapshotHandle: &handle, ReadyToUse: ptr(true), CreationTime: ptr(metav1.NewTime(now)),
+		}
+		for _, vol := range content.Spec.Source.VolumeHandles {
+			updated.Status.VolumeSnapshotInfoList = append(updated.Status.VolumeSnapshotInfoList, groupv1.VolumeSnapshotInfo{
+				VolumeHandle: vol, SnapshotHandle: handle + "-" + vol, ReadyToUse: ptr(true),
+				RestoreSize: ptr(int64(1 << 30)), CreationTime: ptr(now.UnixNano()),
+			})
+		}
+		if _, err := a.client.GroupsnapshotV1().VolumeGroupSnapshotContents().UpdateStatus(ctx, updated, metav1.UpdateOptions{}); err == nil {
+			patch(map[string]any{"metadata": map[string]any{"annotations": map[string]any{protocol.AnnGroupBeingCreated: nil}}})
+		}
+	}
 }
 
 func (a *actor) handle(ctx context.Context, content *snapshotv1.VolumeSnapshotContent) {
@@ -74,11 +123,14 @@ func (a *actor) handle(ctx context.Context, content *snapshotv1.VolumeSnapshotCo
 	_, deleting := content.Annotations[protocol.AnnBeingDeleted]
 	switch {
 	case content.DeletionTimestamp != nil && !creating && (deleting || content.Spec.DeletionPolicy == snapshotv1.VolumeSnapshotContentRetain):
-		if deleting && content.Spec.DeletionPolicy == snapshotv1.VolumeSnapshotContentDelete && content.Status != nil && content.Status.SnapshotHandle != nil {
+		member := content.Annotations[protocol.AnnGroupSnapshotHandle] != ""
+		if !member && deleting && content.Spec.DeletionPolicy == snapshotv1.VolumeSnapshotContentDelete && content.Status != nil && content.Status.SnapshotHandle != nil {
 			a.mu.Lock()
 			a.deleted = append(a.deleted, *content.Status.SnapshotHandle)
 			a.mu.Unlock()
 		}
+		a.patch(ctx, content.Name, map[string]any{"metadata": map[string]any{"finalizers": without(content.Finalizers, protocol.ContentBoundFinalizer)}})
+	case content.Annotations[protocol.AnnGroupSnapshotHandle] != "" && content.DeletionTimestamp != nil:
 		a.patch(ctx, content.Name, map[string]any{"metadata": map[string]any{"finalizers": without(content.Finalizers, protocol.ContentBoundFinalizer)}})
 	case content.DeletionTimestamp != nil || content.Status != nil:
 	case content.Spec.Source.VolumeHandle != nil && !creating:

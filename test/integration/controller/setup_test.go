@@ -163,6 +163,9 @@ func startController(t *testing.T, admin *rest.Config) {
 	ctx := klog.NewContext(context.Background(), klog.Background())
 	kubeInformers.Start(ctx.Done())
 	snapInformers.Start(ctx.Done())
+	if err := c.EnableGroups(ctx, snapInformers); err != nil {
+		t.Fatal(err)
+	}
 	go func() { _ = c.Run(ctx) }()
 }
 

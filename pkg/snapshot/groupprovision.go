@@ -1,0 +1,133 @@
+package snapshot
+
+import (
+	"context"
+	"fmt"
+	"sort"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/klog/v2"
+
+	groupv1 "github.com/shutter-csi/shutter/client/apis/volumegroupsnapshot/v1"
+	snapshotv1 "github.com/shutter-csi/shutter/client/apis/volumesnapshot/v1"
+	"github.com/shutter-csi/shutter/pkg/controller"
+	"github.com/shutter-csi/shutter/pkg/protocol"
+)
+
+type snapshotError = snapshotv1.VolumeSnapshotError
+
+// provisionGroup selects the claims, picks the class, and creates the group content.
+func (g *groups) provisionGroup(ctx context.Context, vgs *groupv1.VolumeGroupSnapshot) error {
+	driver, handles, err := g.selectVolumes(vgs)
+	if err != nil {
+		return g.failGroup(ctx, vgs, err)
+	}
+	class, err := g.groupClass(vgs, driver)
+	if err != nil {
+		return g.failGroup(ctx, vgs, err)
+	}
+	name := protocol.GroupContentName(vgs.UID)
+	secret, err := protocol.ResolveSecret(class.Parameters, protocol.GroupSecret, protocol.TemplateValues{
+		ContentName: name, SnapshotName: vgs.Name, SnapshotNamespace: vgs.Namespace,
+	})
+	if err != nil {
+		return g.failGroup(ctx, vgs, fmt.Errorf("VolumeGroupSnapshotClass %s: %w", class.Name, err))
+	}
+	if vgs, err = g.ensureGroupFinalizer(ctx, vgs); err != nil {
+		return err
+	}
+	content := &groupv1.VolumeGroupSnapshotContent{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Finalizers: []string{protocol.GroupContentBoundFinalizer}},
+		Spec: groupv1.VolumeGroupSnapshotContentSpec{
+			VolumeGroupSnapshotRef: corev1.ObjectReference{
+				APIVersion: groupv1.SchemeGroupVersion.String(), Kind: "VolumeGroupSnapshot",
+				Namespace: vgs.Namespace, Name: vgs.Name, UID: vgs.UID,
+			},
+			DeletionPolicy: class.DeletionPolicy, Driver: driver, VolumeGroupSnapshotClassName: ptr(class.Name),
+			Source: groupv1.VolumeGroupSnapshotContentSource{VolumeHandles: handles},
+		},
+	}
+	if secret != nil {
+		content.Annotations = map[string]string{
+			protocol.AnnGroupDeletionSecretName: secret.Name, protocol.AnnGroupDeletionSecretNamespace: secret.Namespace,
+		}
+	}
+	created, err := g.client.GroupsnapshotV1().VolumeGroupSnapshotContents().Create(ctx, content, metav1.CreateOptions{})
+	if apierrors.IsAlreadyExists(err) {
+		return controller.RequeueAfter(0, "group content exists; waiting for the informer")
+	} else if err != nil {
+		return fmt.Errorf("create group content %s: %w", name, err)
+	}
+	g.contentWrites.Record(created)
+	klog.FromContext(ctx).V(2).Info("Created group content", "content", name, "volumes", len(handles))
+	return g.syncBoundGroup(ctx, vgs, created)
+}
+
+// selectVolumes returns the driver and sorted volume handles of the claims the selector picks:
+// at least one, every one bound, CSI, and of one driver.
+func (g *groups) selectVolumes(vgs *groupv1.VolumeGroupSnapshot) (string, []string, error) {
+	selector, err := metav1.LabelSelectorAsSelector(vgs.Spec.Source.Selector)
+	if err != nil {
+		return "", nil, fmt.Errorf("invalid selector: %w", err)
+	}
+	claims, err := g.claims.PersistentVolumeClaims(vgs.Namespace).List(selector)
+	if err != nil {
+		return "", nil, err
+	}
+	if len(claims) == 0 {
+		return "", nil, fmt.Errorf("the selector %s matches no PersistentVolumeClaim in namespace %s", selector, vgs.Namespace)
+	}
+	var driver string
+	var handles []string
+	for _, pvc := range claims {
+		if pvc.Status.Phase != corev1.ClaimBound || pvc.Spec.VolumeName == "" {
+			return "", nil, fmt.Errorf("PersistentVolumeClaim %s is not bound yet", pvc.Name)
+		}
+		pv, err := g.volumes.Get(pvc.Spec.VolumeName)
+		if err != nil {
+			return "", nil, fmt.Errorf("PersistentVolume %s of claim %s: %w", pvc.Spec.VolumeName, pvc.Name, err)
+		}
+		if pv.Spec.CSI == nil {
+			return "", nil, fmt.Errorf("PersistentVolume %s of claim %s is not a CSI volume", pv.Name, pvc.Name)
+		}
+		if driver != "" && pv.Spec.CSI.Driver != driver {
+			return "", nil, fmt.Errorf("the selected claims belong to more than one driver (%s, %s)", driver, pv.Spec.CSI.Driver)
+		}
+		driver = pv.Spec.CSI.Driver
+		handles = append(handles, pv.Spec.CSI.VolumeHandle)
+	}
+	sort.Strings(handles)
+	return driver, handles, nil
+}
+
+// groupClass returns the class the group names, or the one default group class of driver.
+func (g *groups) groupClass(vgs *groupv1.VolumeGroupSnapshot, driver string) (*groupv1.VolumeGroupSnapshotClass, error) {
+	if name := vgs.Spec.VolumeGroupSnapshotClassName; name != nil {
+		class, err := g.classes.Get(*name)
+		if apierrors.IsNotFound(err) {
+			return nil, fmt.Errorf("VolumeGroupSnapshotClass %s does not exist", *name)
+		} else if err != nil {
+			return nil, err
+		}
+		if class.Driver != driver {
+			return nil, fmt.Errorf("VolumeGroupSnapshotClass %s is for driver %s, but the volumes are of driver %s", *name, class.Driver, driver)
+		}
+		return class, nil
+	}
+	var defaults []*groupv1.VolumeGroupSnapshotClass
+	for _, class := range indexed[*groupv1.VolumeGroupSnapshotClass](g.classIndexer, byDriver, driver) {
+		if class.Annotations[protocol.AnnGroupDefaultClass] == "true" {
+			defaults = append(defaults, class)
+		}
+	}
+	switch len(defaults) {
+	case 1:
+		return defaults[0], nil
+	case 0:
+		return nil, fmt.Errorf("no VolumeGroupSnapshotClass is named and driver %s has no default group class", driver)
+	default:
+		return nil, fmt.Errorf("driver %s has %d default VolumeGroupSnapshotClasses; mark exactly one with %s", driver, len(defaults), protocol.AnnGroupDefaultClass)
+	}
+}

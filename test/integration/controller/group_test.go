@@ -1,0 +1,171 @@
+package controller
+
+import (
+	"context"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/util/retry"
+
+	groupv1 "github.com/shutter-csi/shutter/client/apis/volumegroupsnapshot/v1"
+	snapshotv1 "github.com/shutter-csi/shutter/client/apis/volumesnapshot/v1"
+	"github.com/shutter-csi/shutter/pkg/protocol"
+)
+
+func (f *fixture) groupClass(t *testing.T, name, driver string, policy snapshotv1.DeletionPolicy) {
+	_, err := f.client.GroupsnapshotV1().VolumeGroupSnapshotClasses().Create(context.Background(), &groupv1.VolumeGroupSnapshotClass{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Annotations: map[string]string{protocol.AnnGroupDefaultClass: "true"}},
+		Driver:     driver, DeletionPolicy: policy,
+	}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_ = f.client.GroupsnapshotV1().VolumeGroupSnapshotClasses().Delete(context.Background(), name, metav1.DeleteOptions{})
+	})
+}
+
+func (f *fixture) groupSnapshot(t *testing.T, name string, labels map[string]string) *groupv1.VolumeGroupSnapshot {
+	vgs, err := f.client.GroupsnapshotV1().VolumeGroupSnapshots(f.ns).Create(context.Background(), &groupv1.VolumeGroupSnapshot{
+		ObjectMeta: metav1.ObjectMeta{Name: name},
+		Spec:       groupv1.VolumeGroupSnapshotSpec{Source: groupv1.VolumeGroupSnapshotSource{Selector: &metav1.LabelSelector{MatchLabels: labels}}},
+	}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return vgs
+}
+
+func (f *fixture) waitGroup(t *testing.T, name string, ok func(*groupv1.VolumeGroupSnapshot) bool) *groupv1.VolumeGroupSnapshot {
+	t.Helper()
+	var got *groupv1.VolumeGroupSnapshot
+	err := wait.PollUntilContextTimeout(context.Background(), 50*time.Millisecond, 30*time.Second, true, func(ctx context.Context) (bool, error) {
+		vgs, err := f.client.GroupsnapshotV1().VolumeGroupSnapshots(f.ns).Get(ctx, name, metav1.GetOptions{})
+		if apierrors.IsNotFound(err) {
+			vgs = nil
+		} else if err != nil {
+			return false, nil
+		}
+		got = vgs
+		return ok(vgs), nil
+	})
+	if err != nil {
+		t.Fatalf("group snapshot %s: %v; last: %+v", name, err, got)
+	}
+	return got
+}
+
+func groupReady(vgs *groupv1.VolumeGroupSnapshot) bool {
+	return vgs != nil && vgs.Status != nil && vgs.Status.ReadyToUse != nil && *vgs.Status.ReadyToUse
+}
+
+func groupError(substr string) func(*groupv1.VolumeGroupSnapshot) bool {
+	return func(vgs *groupv1.VolumeGroupSnapshot) bool {
+		return vgs != nil && vgs.Status != nil && vgs.Status.Error != nil && strings.Contains(*vgs.Status.Error.Message, substr)
+	}
+}
+
+// labelClaim puts labels on a claim.
+func (f *fixture) labelClaim(t *testing.T, name string, labels map[string]string) {
+	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		pvc, err := f.kube.CoreV1().PersistentVolumeClaims(f.ns).Get(context.Background(), name, metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		pvc.Labels = labels
+		_, err = f.kube.CoreV1().PersistentVolumeClaims(f.ns).Update(context.Background(), pvc, metav1.UpdateOptions{})
+		return err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestGroupSnapshotLifecycle snapshots three claims together, checks the members, refuses to let
+// a member go alone, and deletes the group.
+func TestGroupSnapshotLifecycle(t *testing.T) {
+	t.Parallel()
+	f := setup(t)
+	driver := "group.csi.test"
+	f.groupClass(t, "group", driver, snapshotv1.VolumeSnapshotContentDelete)
+	a := startActor(t, f.client, driver)
+	labels := map[string]string{"app": "db"}
+	var handles []string
+	for _, name := range []string{"data", "log", "wal"} {
+		f.volume(t, name, driver)
+		f.labelClaim(t, name, labels)
+		handles = append(handles, "vol-"+f.ns+"-"+name)
+	}
+	vgs := f.waitGroup(t, f.groupSnapshot(t, "db", labels).Name, groupReady)
+	if *vgs.Status.BoundVolumeGroupSnapshotContentName != protocol.GroupContentName(vgs.UID) || vgs.Status.CreationTime == nil {
+		t.Errorf("group status %+v", vgs.Status)
+	}
+	if !slices.Contains(vgs.Finalizers, protocol.GroupSnapshotBoundFinalizer) {
+		t.Errorf("group finalizers %v", vgs.Finalizers)
+	}
+	content, err := f.client.GroupsnapshotV1().VolumeGroupSnapshotContents().Get(context.Background(), protocol.GroupContentName(vgs.UID), metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(content.Spec.Source.VolumeHandles, handles) || content.Spec.VolumeGroupSnapshotRef.UID != vgs.UID {
+		t.Errorf("group content spec %+v", content.Spec)
+	}
+	for _, h := range handles {
+		member := f.waitSnapshot(t, protocol.MemberSnapshotName(vgs.UID, h), ready)
+		if member.Status.VolumeGroupSnapshotName == nil || *member.Status.VolumeGroupSnapshotName != "db" ||
+			!slices.Contains(member.Finalizers, protocol.SnapshotInGroupFinalizer) ||
+			*member.Status.BoundVolumeSnapshotContentName != protocol.MemberContentName(vgs.UID, h) {
+			t.Errorf("member %s: status %+v finalizers %v", member.Name, member.Status, member.Finalizers)
+		}
+	}
+
+	// A member cannot go while its group exists.
+	first := protocol.MemberSnapshotName(vgs.UID, handles[0])
+	f.deleteSnapshot(t, first)
+	time.Sleep(time.Second)
+	if held := f.waitSnapshot(t, first, func(vs *snapshotv1.VolumeSnapshot) bool { return vs != nil }); !ready(held) {
+		t.Errorf("member deleted alone changed: %+v", held.Status)
+	}
+	if _, err := f.client.SnapshotV1().VolumeSnapshotContents().Get(context.Background(), protocol.MemberContentName(vgs.UID, handles[0]), metav1.GetOptions{}); err != nil {
+		t.Errorf("member content went with a member deleted alone: %v", err)
+	}
+
+	if err := f.client.GroupsnapshotV1().VolumeGroupSnapshots(f.ns).Delete(context.Background(), "db", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	f.waitGroup(t, "db", func(vgs *groupv1.VolumeGroupSnapshot) bool { return vgs == nil })
+	for _, h := range handles {
+		f.waitSnapshot(t, protocol.MemberSnapshotName(vgs.UID, h), gone)
+		f.waitContentGone(t, protocol.MemberContentName(vgs.UID, h))
+	}
+	err = wait.PollUntilContextTimeout(context.Background(), 50*time.Millisecond, 30*time.Second, true, func(ctx context.Context) (bool, error) {
+		_, err := f.client.GroupsnapshotV1().VolumeGroupSnapshotContents().Get(ctx, content.Name, metav1.GetOptions{})
+		return apierrors.IsNotFound(err), nil
+	})
+	if err != nil {
+		t.Fatalf("group content still there: %v", err)
+	}
+	if got := a.deletedHandles(); !slices.Equal(got, []string{"group-" + string(vgs.UID)}) {
+		t.Errorf("backend deletions %v, want the group snapshot once", got)
+	}
+}
+
+func TestGroupSelectorErrors(t *testing.T) {
+	t.Parallel()
+	f := setup(t)
+	driver := "grouperr.csi.test"
+	f.groupClass(t, "grouperr", driver, snapshotv1.VolumeSnapshotContentDelete)
+	startActor(t, f.client, driver)
+	f.groupSnapshot(t, "nothing", map[string]string{"app": "none"})
+	f.waitGroup(t, "nothing", groupError("matches no PersistentVolumeClaim"))
+
+	f.volume(t, "one", driver)
+	f.labelClaim(t, "one", map[string]string{"app": "db"})
+	f.groupSnapshot(t, "selected", map[string]string{"app": "db"})
+	f.waitGroup(t, "selected", groupReady)
+}
