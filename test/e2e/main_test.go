@@ -17,6 +17,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/rand"
 	"k8s.io/utils/ptr"
@@ -238,3 +239,5 @@ func warningEvent(t *testing.T, s *stack.Stack, namespace, name string) string {
 	t.Fatalf("no Warning event for %s/%s", namespace, name)
 	return ""
 }
+
+func newQuantity(n int64) *resource.Quantity { return resource.NewQuantity(n, resource.BinarySI) }
