@@ -93,7 +93,18 @@ func (a *actor) handleGroup(ctx context.Context, content *groupv1.VolumeGroupSna
 			a.mu.Unlock()
 		}
 		patch(map[string]any{"metadata": map[string]any{"finalizers": without(content.Finalizers, protocol.GroupContentBoundFinalizer)}})
-	case content.DeletionTimestamp != nil || content.Status != nil || len(content.Spec.Source.VolumeHandles) == 0:
+	case content.DeletionTimestamp != nil || content.Status != nil:
+	case content.Spec.Source.GroupSnapshotHandles != nil:
+		handles := content.Spec.Source.GroupSnapshotHandles
+		updated := content.DeepCopy()
+		updated.Status = &groupv1.VolumeGroupSnapshotContentStatus{
+			VolumeGroupSnapshotHandle: &handles.VolumeGroupSnapshotHandle, ReadyToUse: ptr(true),
+		}
+		for _, h := range handles.VolumeSnapshotHandles {
+			updated.Status.VolumeSnapshotInfoList = append(updated.Status.VolumeSnapshotInfoList,
+				groupv1.VolumeSnapshotInfo{SnapshotHandle: h, ReadyToUse: ptr(true)})
+		}
+		_, _ = a.client.GroupsnapshotV1().VolumeGroupSnapshotContents().UpdateStatus(ctx, updated, metav1.UpdateOptions{})
 	case !creating:
 		patch(map[string]any{"metadata": map[string]any{"annotations": map[string]any{protocol.AnnGroupBeingCreated: "yes"}}})
 	default:

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
@@ -168,4 +169,73 @@ func TestGroupSelectorErrors(t *testing.T) {
 	f.labelClaim(t, "one", map[string]string{"app": "db"})
 	f.groupSnapshot(t, "selected", map[string]string{"app": "db"})
 	f.waitGroup(t, "selected", groupReady)
+}
+
+// TestGroupRetain deletes a Retain group: the member snapshots go, while the member contents, the
+// group content and the backend group snapshot stay.
+func TestGroupRetain(t *testing.T) {
+	t.Parallel()
+	f := setup(t)
+	driver := "groupretain.csi.test"
+	f.groupClass(t, "groupretain", driver, snapshotv1.VolumeSnapshotContentRetain)
+	a := startActor(t, f.client, driver)
+	labels := map[string]string{"app": "kept"}
+	f.volume(t, "a", driver)
+	f.labelClaim(t, "a", labels)
+	vgs := f.waitGroup(t, f.groupSnapshot(t, "kept", labels).Name, groupReady)
+	member := protocol.MemberSnapshotName(vgs.UID, "vol-"+f.ns+"-a")
+	f.waitSnapshot(t, member, ready)
+	if err := f.client.GroupsnapshotV1().VolumeGroupSnapshots(f.ns).Delete(context.Background(), vgs.Name, metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	f.waitGroup(t, vgs.Name, func(vgs *groupv1.VolumeGroupSnapshot) bool { return vgs == nil })
+	f.waitSnapshot(t, member, gone)
+	time.Sleep(time.Second)
+	if _, err := f.client.SnapshotV1().VolumeSnapshotContents().Get(context.Background(), protocol.MemberContentName(vgs.UID, "vol-"+f.ns+"-a"), metav1.GetOptions{}); err != nil {
+		t.Errorf("retained member content: %v", err)
+	}
+	if _, err := f.client.GroupsnapshotV1().VolumeGroupSnapshotContents().Get(context.Background(), protocol.GroupContentName(vgs.UID), metav1.GetOptions{}); err != nil {
+		t.Errorf("retained group content: %v", err)
+	}
+	if len(a.deletedHandles()) != 0 {
+		t.Errorf("backend deletions with Retain: %v", a.deletedHandles())
+	}
+}
+
+// TestPreProvisionedGroup binds a group snapshot to an existing group content and makes its
+// members from the reported handles.
+func TestPreProvisionedGroup(t *testing.T) {
+	t.Parallel()
+	f := setup(t)
+	driver := "grouppre.csi.test"
+	startActor(t, f.client, driver)
+	name := "imported-" + f.ns
+	_, err := f.client.GroupsnapshotV1().VolumeGroupSnapshotContents().Create(context.Background(), &groupv1.VolumeGroupSnapshotContent{
+		ObjectMeta: metav1.ObjectMeta{Name: name},
+		Spec: groupv1.VolumeGroupSnapshotContentSpec{
+			VolumeGroupSnapshotRef: corev1.ObjectReference{Name: "imported", Namespace: f.ns},
+			DeletionPolicy:         snapshotv1.VolumeSnapshotContentDelete, Driver: driver,
+			Source: groupv1.VolumeGroupSnapshotContentSource{GroupSnapshotHandles: &groupv1.GroupSnapshotHandles{
+				VolumeGroupSnapshotHandle: "g-7", VolumeSnapshotHandles: []string{"s-1", "s-2"},
+			}},
+		},
+	}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = f.client.GroupsnapshotV1().VolumeGroupSnapshots(f.ns).Create(context.Background(), &groupv1.VolumeGroupSnapshot{
+		ObjectMeta: metav1.ObjectMeta{Name: "imported"},
+		Spec:       groupv1.VolumeGroupSnapshotSpec{Source: groupv1.VolumeGroupSnapshotSource{VolumeGroupSnapshotContentName: &name}},
+	}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	vgs := f.waitGroup(t, "imported", groupReady)
+	for _, h := range []string{"s-1", "s-2"} {
+		f.waitSnapshot(t, protocol.MemberSnapshotName(vgs.UID, h), ready)
+	}
+	content, err := f.client.GroupsnapshotV1().VolumeGroupSnapshotContents().Get(context.Background(), name, metav1.GetOptions{})
+	if err != nil || content.Spec.VolumeGroupSnapshotRef.UID != vgs.UID || !slices.Contains(content.Finalizers, protocol.GroupContentBoundFinalizer) {
+		t.Fatalf("group content not bound: %v %+v", err, content)
+	}
 }
