@@ -14,6 +14,7 @@ import (
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/client-go/tools/cache"
+	"k8s.io/client-go/tools/record"
 	"k8s.io/klog/v2"
 
 	groupv1 "github.com/shutter-csi/shutter/client/apis/volumegroupsnapshot/v1"
@@ -51,17 +52,19 @@ func (s *sidecar) run(ctx context.Context) {
 	runs = append(runs, start(ctx, newReconciler(ck, s.config(false), s.kube, recorder, s.metrics),
 		contents.Informer(), "volumesnapshotcontents", s.opts.ResyncPeriod))
 
-	switch _, groupCRD := crds[groupContentCRD]; {
+	_, groupCRD := crds[groupContentCRD]
+	switch {
 	case !s.csi.Capabilities().GroupSnapshots:
 		logger.V(2).Info("The driver does not take group snapshots; not watching group contents")
 	case !groupCRD:
-		logger.Info("The VolumeGroupSnapshotContent CRD is not installed; not watching group contents until restarted")
+		logger.Info("The VolumeGroupSnapshotContent CRD is not installed; watching group contents once it is",
+			"checkEvery", groupCRDPoll)
+		// A factory of its own: the CRD that appears later may not declare spec.driver selectable.
+		late := informers.NewSharedInformerFactoryWithOptions(s.snapshots, 0, informers.WithTweakListOptions(s.listOptions(false)))
+		defer late.Shutdown()
+		runs = append(runs, func() { s.runGroupsWhenServed(ctx, late, classes, recorder) })
 	default:
-		gcontents := watched.Groupsnapshot().V1().VolumeGroupSnapshotContents()
-		gk := groupKind{client: s.snapshots, csi: s.csi, contents: gcontents.Lister(),
-			classes: classes.Groupsnapshot().V1().VolumeGroupSnapshotClasses().Lister()}
-		runs = append(runs, start(ctx, newReconciler(gk, s.config(true), s.kube, recorder, s.metrics),
-			gcontents.Informer(), "volumegroupsnapshotcontents", s.opts.ResyncPeriod))
+		runs = append(runs, s.groupReconciler(ctx, watched, classes, recorder))
 	}
 	watched.Start(ctx.Done())
 	classes.Start(ctx.Done())
@@ -80,6 +83,50 @@ func (s *sidecar) run(ctx context.Context) {
 		wg.Go(run)
 	}
 	wg.Wait()
+}
+
+// groupReconciler wires the group content reconciler to informers from the two factories.
+func (s *sidecar) groupReconciler(ctx context.Context, watched, classes informers.SharedInformerFactory, recorder record.EventRecorder) func() {
+	gcontents := watched.Groupsnapshot().V1().VolumeGroupSnapshotContents()
+	gk := groupKind{client: s.snapshots, csi: s.csi, contents: gcontents.Lister(),
+		classes: classes.Groupsnapshot().V1().VolumeGroupSnapshotClasses().Lister()}
+	return start(ctx, newReconciler(gk, s.config(true), s.kube, recorder, s.metrics),
+		gcontents.Informer(), "volumegroupsnapshotcontents", s.opts.ResyncPeriod)
+}
+
+// groupCRDPoll is how often the sidecar looks for the group CRDs when they were missing at start.
+const groupCRDPoll = 30 * time.Second
+
+// runGroupsWhenServed waits until the API server serves group snapshot contents and then runs
+// the group reconciler, so installing the group CRDs later needs no restart.
+func (s *sidecar) runGroupsWhenServed(ctx context.Context, watched, classes informers.SharedInformerFactory, recorder record.EventRecorder) {
+	for !s.groupsServed() {
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(groupCRDPoll):
+		}
+	}
+	klog.FromContext(ctx).Info("Group snapshot CRDs appeared; watching group contents")
+	run := s.groupReconciler(ctx, watched, classes, recorder)
+	watched.Start(ctx.Done())
+	classes.Start(ctx.Done())
+	watched.WaitForCacheSync(ctx.Done())
+	classes.WaitForCacheSync(ctx.Done())
+	run()
+}
+
+// groupsServed tells whether the API server serves VolumeGroupSnapshotContents and classes.
+func (s *sidecar) groupsServed() bool {
+	list, err := s.kube.Discovery().ServerResourcesForGroupVersion(groupv1.SchemeGroupVersion.String())
+	if err != nil {
+		return false
+	}
+	served := map[string]bool{}
+	for _, r := range list.APIResources {
+		served[r.Name] = true
+	}
+	return served["volumegroupsnapshotcontents"] && served["volumegroupsnapshotclasses"]
 }
 
 // start wires one reconciler to its informer and a queue and returns the function that runs
