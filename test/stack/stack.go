@@ -48,6 +48,9 @@ type Options struct {
 	LeaseDuration, RenewDeadline, RetryPeriod time.Duration
 	// Verbosity is the components' klog level; default 2.
 	Verbosity int
+	// ControllerArgs and SnapshotterArgs are extra flags for the snapshot-controllers and the
+	// sidecar. They come after the stack's own, so they override them (e.g. --kube-api-qps).
+	ControllerArgs, SnapshotterArgs []string
 }
 
 // Stack is the three components running as processes.
@@ -105,7 +108,10 @@ func Start(ctx context.Context, opts Options) (s *Stack, err error) {
 	}
 	s.Snapshotter = s.process("csi-snapshotter", "--csi-address="+s.Socket(), "--kubeconfig="+snapshotterKC,
 		"--http-endpoint="+endpoint(ports[0]), "--timeout=30s", "--worker-threads=4",
-		"--retry-interval-start=200ms", "--retry-interval-max=5s")
+		"--retry-interval-start=200ms", "--retry-interval-max=5s",
+		// The sidecar's reference defaults (5/10) would make a batch of 50 take a minute.
+		"--kube-api-qps=100", "--kube-api-burst=200")
+	s.Snapshotter.Args = append(s.Snapshotter.Args, opts.SnapshotterArgs...)
 	for i := range opts.Controllers {
 		name := "snapshot-controller"
 		if opts.Controllers > 1 {
@@ -114,7 +120,7 @@ func Start(ctx context.Context, opts Options) (s *Stack, err error) {
 		s.Controllers = append(s.Controllers, s.process(name, append([]string{
 			"--kubeconfig=" + controllerKC, "--http-endpoint=" + endpoint(ports[1+i]),
 			"--retry-interval-start=200ms", "--retry-interval-max=5s",
-		}, s.leaderElectionArgs()...)...))
+		}, append(s.leaderElectionArgs(), opts.ControllerArgs...)...)...))
 	}
 	for i, p := range append([]*Process{s.Snapshotter}, s.Controllers...) {
 		if err := p.Start(); err != nil {
