@@ -5,7 +5,7 @@ GO ?= go
 BIN := bin
 CMDS := $(notdir $(wildcard cmd/*))
 
-.PHONY: all build generate verify test test-unit bench cluster-up cluster-down tools clean manifests demo
+.PHONY: all build generate verify test test-unit bench bench-e2e cluster-up cluster-down tools clean manifests demo
 
 all: build
 
@@ -42,6 +42,13 @@ demo:
 ## driver's compare snapshot, restore and bursts with `tar czf` of the same data (about 90 s)
 bench:
 	$(GO) test -run '^$$' -bench . -benchtime=1x -benchmem -count=1 -timeout 30m $(BENCH_FLAGS) ./...
+
+## bench-e2e: end-to-end snapshot benchmark on a local control plane: N snapshots at once to
+## readyToUse and back to gone, with requests per snapshot by component, CPU and RSS (N=200 RUNS=1;
+## SCALE=1 for N=5000 and a controller restart; QPS=100 BURST=200 for both components)
+bench-e2e:
+	$(GO) run ./test/bench/e2e $(if $(N),-n=$(N)) $(if $(RUNS),-runs=$(RUNS)) $(if $(QPS),-qps=$(QPS)) \
+		$(if $(BURST),-burst=$(BURST)) $(if $(SCALE),-scale) $(BENCH_E2E_FLAGS)
 
 ## tools: build (or find cached) etcd, kube-apiserver, kube-controller-manager, kubectl and helm
 tools:

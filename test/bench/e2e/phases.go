@@ -1,0 +1,221 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/shutter-csi/shutter/test/stack"
+)
+
+// begin records the counters a phase is measured against and resets the components' peak RSS.
+func (b *bench) begin(ctx context.Context) (*phaseWindow, error) {
+	w := &phaseWindow{cpu: map[string]float64{}, auditPos: b.audit.size(), load: loadAverage()}
+	var err error
+	if w.metrics, err = scrapeRequests(ctx, b.kube); err != nil {
+		return nil, err
+	}
+	for name, pid := range b.pids() {
+		if w.cpu[name], err = cpuSeconds(pid); err != nil {
+			return nil, err
+		}
+		resetPeakRSS(pid)
+	}
+	w.start = time.Now()
+	return w, nil
+}
+
+// finish waits for trailing requests, then reads every counter again and builds the phase.
+func (b *bench) finish(ctx context.Context, name string, w *phaseWindow) (*Phase, error) {
+	w.end = time.Now()
+	time.Sleep(b.opts.settle)
+	p := &Phase{Name: name, Snapshots: len(w.latencies), WallSeconds: w.last.Sub(w.start).Seconds(),
+		CPUSeconds: map[string]float64{}, PeakRSSMiB: map[string]float64{}, LoadStart: w.load, LoadEnd: loadAverage()}
+	p.PerSecond = float64(p.Snapshots) / p.WallSeconds
+	slices.Sort(w.latencies)
+	p.LatencyP50, p.LatencyP90 = percentile(w.latencies, 0.5), percentile(w.latencies, 0.9)
+	p.LatencyMax = percentile(w.latencies, 1)
+	for proc, pid := range b.pids() {
+		s, err := cpuSeconds(pid)
+		if err != nil {
+			return nil, err
+		}
+		p.CPUSeconds[proc] = s - w.cpu[proc]
+		if proc == "snapshot-controller" || proc == "csi-snapshotter" {
+			p.PeakRSSMiB[proc] = memoryMiB(pid, "VmHWM")
+		}
+	}
+	after, err := scrapeRequests(ctx, b.kube)
+	if err != nil {
+		return nil, err
+	}
+	p.APIServerRequests = after.since(w.metrics)
+	counts := map[request]int{}
+	until := w.end.Add(b.opts.settle)
+	err = b.audit.read(w.auditPos, func(e *auditEvent) {
+		if e.StageTimestamp.Before(w.start) || e.StageTimestamp.After(until) {
+			return
+		}
+		r := request{Component: classify(e, b.controllerUser, b.sidecarUser, adminUser), Verb: e.Verb, Resource: e.resource()}
+		if e.ResponseStatus != nil {
+			r.Code = e.ResponseStatus.Code
+		}
+		counts[r]++
+	})
+	p.Requests = countRequests(counts)
+	b.checkAudit(p)
+	return p, err
+}
+
+// checkAudit warns when the audit log holds fewer writes than the API server counted, e.g.
+// because its buffer dropped events.
+func (b *bench) checkAudit(p *Phase) {
+	var audited, counted float64
+	for _, r := range p.Requests {
+		if r.write() {
+			audited += float64(r.Count)
+		}
+	}
+	for k, v := range p.APIServerRequests {
+		switch verb, _, _ := strings.Cut(k, " "); verb {
+		case "POST", "PUT", "PATCH", "DELETE":
+			counted += v
+		}
+	}
+	if audited < 0.98*counted {
+		b.warnings = append(b.warnings, fmt.Sprintf("%s: the audit log holds %.0f writes, apiserver_request_total counted %.0f", p.Name, audited, counted))
+	}
+}
+
+// createPhase creates every snapshot at once and waits until all are readyToUse.
+func (b *bench) createPhase(ctx context.Context, names []string) (*Phase, error) {
+	w, err := b.begin(ctx)
+	if err != nil {
+		return nil, err
+	}
+	sent := make([]time.Time, len(names))
+	client := b.snaps.SnapshotV1().VolumeSnapshots(namespace)
+	err = parallel(ctx, len(names), b.opts.concurrent, func(ctx context.Context, i int) error {
+		sent[i] = time.Now()
+		_, err := client.Create(ctx, stack.NewSnapshot(namespace, names[i], claimName(i), ""), metav1.CreateOptions{})
+		return err
+	})
+	if err != nil {
+		return nil, err
+	}
+	b.progress("  all %d created in %.1fs; waiting for readyToUse", len(names), time.Since(w.start).Seconds())
+	err = b.waitFor(ctx, "create", timeoutFor(len(names)), func() (bool, string) {
+		_, n := b.tracker.times(names, false)
+		return n == len(names), fmt.Sprintf("%d/%d ready", n, len(names))
+	})
+	if err != nil {
+		return nil, err
+	}
+	ready, _ := b.tracker.times(names, false)
+	w.latencies, w.last = latencies(sent, ready)
+	return b.finish(ctx, "create", w)
+}
+
+// deletePhase deletes every snapshot at once and waits until the snapshots, their contents and
+// the driver's backend snapshots are all gone.
+func (b *bench) deletePhase(ctx context.Context, names []string) (*Phase, error) {
+	w, err := b.begin(ctx)
+	if err != nil {
+		return nil, err
+	}
+	sent := make([]time.Time, len(names))
+	client := b.snaps.SnapshotV1().VolumeSnapshots(namespace)
+	err = parallel(ctx, len(names), b.opts.concurrent, func(ctx context.Context, i int) error {
+		sent[i] = time.Now()
+		return client.Delete(ctx, names[i], metav1.DeleteOptions{})
+	})
+	if err != nil {
+		return nil, err
+	}
+	b.progress("  all %d deleted in %.1fs; waiting until snapshots, contents and backend snapshots are gone", len(names), time.Since(w.start).Seconds())
+	var allGone time.Time
+	lastList := time.Time{}
+	backend := -1
+	err = b.waitFor(ctx, "delete", timeoutFor(len(names)), func() (bool, string) {
+		snaps, contents := b.tracker.counts()
+		if snaps == 0 && contents == 0 && time.Since(lastList) > 250*time.Millisecond {
+			lastList = time.Now()
+			list, err := b.stack.CSI.ListSnapshots(ctx)
+			if err != nil {
+				return false, err.Error()
+			}
+			if backend = len(list); backend == 0 {
+				allGone = time.Now()
+			}
+		}
+		return backend == 0, fmt.Sprintf("%d snapshots, %d contents, %d backend snapshots left", snaps, contents, backend)
+	})
+	if err != nil {
+		return nil, err
+	}
+	gone, _ := b.tracker.times(names, true)
+	w.latencies, _ = latencies(sent, gone)
+	w.last = allGone
+	return b.finish(ctx, "delete", w)
+}
+
+// restartPhase stops the controller gracefully (it hands its Lease back), starts it again with
+// every snapshot present, creates one new snapshot and times it to readyToUse.
+func (b *bench) restartPhase(ctx context.Context, run int) (map[string]float64, error) {
+	ctrl := b.stack.Controllers[0]
+	out := map[string]float64{"controller_rss_before_mib": memoryMiB(ctrl.Pid(), "VmRSS"), "load": loadAverage()}
+	ctrl.Stop(10 * time.Second)
+	start := time.Now()
+	if err := ctrl.Start(); err != nil {
+		return nil, err
+	}
+	name := fmt.Sprintf("after-restart-r%d", run+1)
+	claim := claimName(b.opts.n + run)
+	client := b.snaps.SnapshotV1().VolumeSnapshots(namespace)
+	if _, err := client.Create(ctx, stack.NewSnapshot(namespace, name, claim, ""), metav1.CreateOptions{}); err != nil {
+		return nil, err
+	}
+	created := time.Now()
+	err := b.waitFor(ctx, "restart", 5*time.Minute, func() (bool, string) {
+		_, n := b.tracker.times([]string{name}, false)
+		return n == 1, "new snapshot not ready yet"
+	})
+	if err != nil {
+		return nil, err
+	}
+	ready, _ := b.tracker.times([]string{name}, false)
+	out["ready_after_restart_s"] = ready[0].Sub(start).Seconds()
+	out["ready_after_create_s"] = ready[0].Sub(created).Seconds()
+	out["controller_rss_after_mib"] = memoryMiB(ctrl.Pid(), "VmRSS")
+	b.progress("  new snapshot ready %.2fs after the restart", out["ready_after_restart_s"])
+	// Out of the measured phases: the extra snapshot goes before the delete phase starts.
+	if err := client.Delete(ctx, name, metav1.DeleteOptions{}); err != nil {
+		return nil, err
+	}
+	return out, b.waitFor(ctx, "restart cleanup", 5*time.Minute, func() (bool, string) {
+		_, n := b.tracker.times([]string{name}, true)
+		return n == 1, "extra snapshot not gone yet"
+	})
+}
+
+// latencies are done-sent per snapshot, and the last done.
+func latencies(sent, done []time.Time) ([]time.Duration, time.Time) {
+	out := make([]time.Duration, len(sent))
+	var last time.Time
+	for i := range sent {
+		out[i] = done[i].Sub(sent[i])
+		if done[i].After(last) {
+			last = done[i]
+		}
+	}
+	return out, last
+}
+
+// timeoutFor bounds a phase: generous, since at 5 QPS a thousand snapshots take minutes.
+func timeoutFor(n int) time.Duration {
+	return 5*time.Minute + time.Duration(n)*time.Second
+}
