@@ -105,7 +105,18 @@ func (s *controllerServer) CreateVolume(ctx context.Context, req *csi.CreateVolu
 		return nil, err
 	}
 	defer unreserve()
-	if err := s.d.buildVolume(spec.id, spec.accessType, spec.size, source); err != nil {
+	background := spec.sourceSnap != "" && s.d.opts.Sync && s.d.opts.BackgroundRestoreSync
+	c := s.d.copier
+	if spec.sourceSnap != "" {
+		c = copier{sync: s.d.opts.Sync && !background, holesKnown: true}
+	}
+	if background {
+		if err := s.d.restores.begin(spec.id, spec.sourceSnap); err != nil {
+			return nil, err
+		}
+	}
+	if err := s.d.buildVolume(c, spec.id, spec.accessType, spec.size, source); err != nil {
+		_ = s.d.restores.forget(spec.id)
 		return nil, err
 	}
 	v := state.Volume{
@@ -116,7 +127,11 @@ func (s *controllerServer) CreateVolume(ctx context.Context, req *csi.CreateVolu
 	}
 	if err := s.d.volumes.Put(v.ID, v); err != nil {
 		_ = removeData(s.d.volumePath(v.ID))
+		_ = s.d.restores.forget(v.ID)
 		return nil, status.Errorf(codes.Internal, "record volume: %v", err)
+	}
+	if background {
+		s.d.restores.start(v.ID, spec.sourceSnap, s.d.volumePath(v.ID))
 	}
 	klog.FromContext(ctx).V(2).Info("Created volume", "volumeID", v.ID, "bytes", v.CapacityBytes, "accessType", v.AccessType)
 	return &csi.CreateVolumeResponse{Volume: s.d.csiVolume(v)}, nil
@@ -298,27 +313,28 @@ func (d *Driver) volumeSource(spec volumeSpec) (string, error) {
 }
 
 // buildVolume creates a volume's data under a temporary name, from source
-// when given, and renames it into place.
-func (d *Driver) buildVolume(id string, accessType state.AccessType, size int64, source string) error {
+// with c when given, and renames it into place. c.sync says whether the data
+// is flushed.
+func (d *Driver) buildVolume(c copier, id string, accessType state.AccessType, size int64, source string) error {
 	final := d.volumePath(id)
 	tmp := tempPath(final)
 	if err := os.RemoveAll(tmp); err != nil {
 		return status.Errorf(codes.Internal, "clear temp data: %v", err)
 	}
-	if err := d.writeVolumeData(tmp, accessType, size, source); err != nil {
+	if err := d.writeVolumeData(c, tmp, accessType, size, source); err != nil {
 		_ = os.RemoveAll(tmp)
 		return status.Errorf(codes.Internal, "create volume data: %v", err)
 	}
 	return d.installData(tmp, final)
 }
 
-func (d *Driver) writeVolumeData(path string, accessType state.AccessType, size int64, source string) error {
+func (d *Driver) writeVolumeData(c copier, path string, accessType state.AccessType, size int64, source string) error {
 	if source != "" {
-		if err := d.copier.copyPath(path, source); err != nil {
+		if err := c.copyPath(path, source); err != nil {
 			return err
 		}
 		if accessType == state.AccessBlock {
-			return resizeFile(path, size, d.opts.Sync)
+			return resizeFile(path, size, c.sync)
 		}
 		return nil
 	}
@@ -376,6 +392,9 @@ func (s *controllerServer) DeleteVolume(ctx context.Context, req *csi.DeleteVolu
 	}
 	if err := s.d.volumes.Delete(id); err != nil {
 		return nil, status.Errorf(codes.Internal, "delete volume record: %v", err)
+	}
+	if err := s.d.restores.forget(id); err != nil {
+		return nil, status.Errorf(codes.Internal, "delete restore marker: %v", err)
 	}
 	if err := removeData(s.d.volumePath(id)); err != nil {
 		return nil, err

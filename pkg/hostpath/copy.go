@@ -25,6 +25,9 @@ type copier struct {
 	sync bool
 	// noReflink disables FICLONE, for tests of the fallback path.
 	noReflink bool
+	// holesKnown says the source's zero blocks are holes already (it is a
+	// snapshot), so data extents are copied without reading them first.
+	holesKnown bool
 }
 
 // copyPath copies src to dst; src is a regular file (block volume) or a
@@ -108,7 +111,11 @@ func (c copier) copyFile(dst, src string, perm fs.FileMode) (err error) {
 	if err != nil {
 		return fmt.Errorf("size copy source: %w", err)
 	}
-	if err := copySparse(out, in, size, c.sync); err != nil {
+	copyData := copySparse
+	if c.holesKnown {
+		copyData = copyExtents
+	}
+	if err := copyData(out, in, size, c.sync); err != nil {
 		return err
 	}
 	if err := out.Truncate(size); err != nil {
@@ -150,6 +157,25 @@ func copySparse(out, in *os.File, size int64, writeback bool) error {
 				}
 			}
 			off += n
+		}
+		return nil
+	})
+}
+
+// copyExtents copies the data extents of in to out at the same offsets
+// without looking at the data, in copyChunk pieces when writeback is asked
+// for (see copySparse) and in one copy_file_range per extent otherwise.
+func copyExtents(out, in *os.File, size int64, writeback bool) error {
+	return forEachExtent(in, 0, size, func(start, end int64) error {
+		if !writeback {
+			return copyRange(out, in, start, end-start)
+		}
+		for off := start; off < end; off += copyChunk {
+			n := min(int64(copyChunk), end-off)
+			if err := copyRange(out, in, off, n); err != nil {
+				return err
+			}
+			_ = unix.SyncFileRange(int(out.Fd()), off, n, unix.SYNC_FILE_RANGE_WRITE)
 		}
 		return nil
 	})

@@ -166,6 +166,9 @@ func (s *groupControllerServer) DeleteVolumeGroupSnapshot(ctx context.Context, r
 	if err := checkMembers(g, req.GetSnapshotIds()); err != nil {
 		return nil, err
 	}
+	if err := s.d.restores.waitSnapshots(ctx, g.SnapshotIDs...); err != nil {
+		return nil, err
+	}
 	// The group record goes first: should the driver die now, Recover
 	// removes the members it left.
 	if err := s.d.groups.Delete(gid); err != nil {

@@ -67,6 +67,11 @@ func (s *nodeServer) NodeStageVolume(ctx context.Context, req *csi.NodeStageVolu
 	if req.GetVolumeCapability() == nil {
 		return nil, status.Error(codes.InvalidArgument, "volume_capability is required")
 	}
+	// A workload may write the volume only once its restored data is
+	// durable; see restore.go.
+	if err := s.d.restores.wait(ctx, id); err != nil {
+		return nil, err
+	}
 	v, release, err := s.d.lockVolume(id)
 	if err != nil {
 		return nil, err
@@ -143,6 +148,11 @@ func (s *nodeServer) NodePublishVolume(ctx context.Context, req *csi.NodePublish
 	}
 	if req.GetVolumeCapability() == nil {
 		return nil, status.Error(codes.InvalidArgument, "volume_capability is required")
+	}
+	// A workload may write the volume only once its restored data is
+	// durable; see restore.go.
+	if err := s.d.restores.wait(ctx, id); err != nil {
+		return nil, err
 	}
 	v, release, err := s.d.lockVolume(id)
 	if err != nil {

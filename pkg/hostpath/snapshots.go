@@ -123,6 +123,9 @@ func (s *controllerServer) DeleteSnapshot(ctx context.Context, req *csi.DeleteSn
 	if !ok {
 		return &csi.DeleteSnapshotResponse{}, nil
 	}
+	if err := s.d.restores.waitSnapshots(ctx, id); err != nil {
+		return nil, err
+	}
 	if snap.GroupSnapshotID != "" {
 		return nil, status.Errorf(codes.FailedPrecondition, "snapshot %s belongs to group snapshot %s", id, snap.GroupSnapshotID)
 	}

@@ -7,7 +7,8 @@
 //     only ever replaced whole: written to a temporary file in the same
 //     directory, flushed with fsync, renamed over the old name, and the
 //     directory is flushed. A reader therefore sees the old record or the new
-//     one, never a mix.
+//     one, never a mix. Concurrent writers share directory flushes (see
+//     SyncDir), never the temporary file's own flush.
 //   - The in-memory index is updated only after the file write succeeded, so
 //     what the driver answers from memory is always on disk.
 //   - Temporary files left by a crash are removed by Open.
@@ -251,18 +252,4 @@ func writeTemp(dir, base string, data []byte, sync bool) (path string, err error
 		return "", fmt.Errorf("close temp file: %w", err)
 	}
 	return f.Name(), nil
-}
-
-// SyncDir flushes a directory so that entries created, renamed or removed
-// in it survive a power failure.
-func SyncDir(dir string) error {
-	d, err := os.Open(dir)
-	if err != nil {
-		return fmt.Errorf("open dir for sync: %w", err)
-	}
-	defer d.Close()
-	if err := d.Sync(); err != nil {
-		return fmt.Errorf("sync dir: %w", err)
-	}
-	return nil
 }

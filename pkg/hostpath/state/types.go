@@ -59,3 +59,14 @@ type GroupSnapshot struct {
 	SnapshotIDs     []string  `json:"snapshotIDs"`
 	CreatedAt       time.Time `json:"createdAt"`
 }
+
+// PendingRestore marks a volume restored from a snapshot whose data may not
+// be on disk yet. It is written, durably, before the copy starts and
+// removed once the volume's data has been flushed.
+type PendingRestore struct {
+	VolumeID   string `json:"volumeID"`
+	SnapshotID string `json:"snapshotID"`
+	// BootID is the kernel's boot ID when the copy was made. The copy is
+	// complete in the page cache as long as the kernel has not restarted.
+	BootID string `json:"bootID"`
+}

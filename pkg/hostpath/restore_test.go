@@ -1,0 +1,226 @@
+package hostpath
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/container-storage-interface/spec/lib/go/csi"
+	"k8s.io/klog/v2/ktesting"
+
+	"github.com/shutter-csi/shutter/pkg/hostpath/state"
+)
+
+// restoreEnv starts a driver with fsync and background restore sync on and
+// returns a restored block volume's ID with the data it must hold.
+func restoreEnv(t *testing.T) (e *testEnv, volID string, want []byte) {
+	t.Helper()
+	e = newTestEnv(t, func(o *Options) { o.Sync = true; o.BackgroundRestoreSync = true })
+	src := e.createVolume(t, "restore-src", 4<<20, blockCap())
+	fillVolume(t, e.d.volumePath(src.GetVolumeId()), 4<<20)
+	want, err := os.ReadFile(e.d.volumePath(src.GetVolumeId()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	snap := e.createSnapshot(t, "restore-snap", src.GetVolumeId())
+	resp, err := e.ctrl.CreateVolume(context.Background(), &csi.CreateVolumeRequest{
+		Name: "restored", CapacityRange: &csi.CapacityRange{RequiredBytes: 4 << 20},
+		VolumeCapabilities: []*csi.VolumeCapability{blockCap()},
+		VolumeContentSource: &csi.VolumeContentSource{Type: &csi.VolumeContentSource_Snapshot{
+			Snapshot: &csi.VolumeContentSource_SnapshotSource{SnapshotId: snap.GetSnapshotId()},
+		}},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return e, resp.GetVolume().GetVolumeId(), want
+}
+
+// markerPath is where the pending-restore marker of volID lives.
+func markerPath(dataDir, volID string) string {
+	return filepath.Join(dataDir, "state", "restores", volID+".json")
+}
+
+func TestBackgroundRestoreSyncRemovesMarker(t *testing.T) {
+	e, volID, want := restoreEnv(t)
+	if err := e.d.restores.wait(context.Background(), volID); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Lstat(markerPath(e.d.opts.DataDir, volID)); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("marker left after the flush: %v", err)
+	}
+	got, err := os.ReadFile(e.d.volumePath(volID))
+	if err != nil || !bytes.Equal(got, want) {
+		t.Fatalf("restored data differs from the snapshot (err %v)", err)
+	}
+}
+
+// TestRecoverRestoreAfterReboot simulates a power failure before a
+// restored volume was flushed: the marker names another boot and the data
+// is torn. Recovery must copy the snapshot again before serving.
+func TestRecoverRestoreAfterReboot(t *testing.T) {
+	e, volID, want := restoreEnv(t)
+	e.d.restores.drain()
+	snapID := deriveID(snapshotPrefix, "restore-snap")
+	torn := state.PendingRestore{VolumeID: volID, SnapshotID: snapID, BootID: "an-earlier-boot"}
+	orphan := state.PendingRestore{VolumeID: "vol-never-recorded", SnapshotID: snapID, BootID: "an-earlier-boot"}
+	for _, m := range []state.PendingRestore{torn, orphan} {
+		if err := e.d.restores.markers.Put(m.VolumeID, m); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := os.WriteFile(e.d.volumePath(volID), []byte("torn"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+
+	_, ctx := ktesting.NewTestContext(t)
+	d, err := New(ctx, e.d.opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	d.restores.drain()
+	got, err := os.ReadFile(d.volumePath(volID))
+	if err != nil || !bytes.Equal(got, want) {
+		t.Fatalf("volume not restored again after the reboot (%d bytes, err %v)", len(got), err)
+	}
+	for _, id := range []string{volID, orphan.VolumeID} {
+		if _, err := os.Lstat(markerPath(d.opts.DataDir, id)); !errors.Is(err, os.ErrNotExist) {
+			t.Fatalf("marker of %s left after recovery: %v", id, err)
+		}
+	}
+	if _, ok := d.volumes.Get(volID); !ok {
+		t.Fatal("restored volume lost in recovery")
+	}
+}
+
+// TestRecoverRestoreAfterProcessRestart: same boot, so the page cache holds
+// the complete copy; recovery flushes it in the background and keeps it.
+func TestRecoverRestoreAfterProcessRestart(t *testing.T) {
+	e, volID, want := restoreEnv(t)
+	e.d.restores.drain()
+	m := state.PendingRestore{VolumeID: volID, SnapshotID: deriveID(snapshotPrefix, "restore-snap"), BootID: readBootID()}
+	if m.BootID == "" {
+		t.Skip("no boot ID on this system")
+	}
+	if err := e.d.restores.markers.Put(volID, m); err != nil {
+		t.Fatal(err)
+	}
+	_, ctx := ktesting.NewTestContext(t)
+	d, err := New(ctx, e.d.opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := d.restores.wait(context.Background(), volID); err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := d.restores.markers.Get(volID); ok {
+		t.Fatal("marker left after the background flush")
+	}
+	got, err := os.ReadFile(d.volumePath(volID))
+	if err != nil || !bytes.Equal(got, want) {
+		t.Fatalf("restored data changed (err %v)", err)
+	}
+}
+
+// TestDeleteSnapshotWaitsForRestoreFlush: a snapshot must outlive every
+// marker naming it, or a reboot could leave nothing to restore from.
+func TestDeleteSnapshotWaitsForRestoreFlush(t *testing.T) {
+	e, volID, _ := restoreEnv(t)
+	snapID := deriveID(snapshotPrefix, "restore-snap")
+	// Hold the flush back by registering one that has not finished.
+	e.d.restores.mu.Lock()
+	p := e.d.restores.pending[volID]
+	e.d.restores.mu.Unlock()
+	if p == nil {
+		// The flush already finished; fake a slow one.
+		p = &pendingFlush{snapshotID: snapID, done: make(chan struct{})}
+		e.d.restores.mu.Lock()
+		e.d.restores.pending[volID] = p
+		e.d.restores.mu.Unlock()
+		time.AfterFunc(200*time.Millisecond, func() {
+			e.d.restores.mu.Lock()
+			delete(e.d.restores.pending, volID)
+			e.d.restores.mu.Unlock()
+			close(p.done)
+		})
+	}
+	if _, err := e.ctrl.DeleteSnapshot(context.Background(), &csi.DeleteSnapshotRequest{SnapshotId: snapID}); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-p.done:
+	default:
+		t.Fatal("DeleteSnapshot returned before the restored volume was flushed")
+	}
+}
+
+func TestDeleteVolumeDropsRestoreMarker(t *testing.T) {
+	e, volID, _ := restoreEnv(t)
+	if _, err := e.ctrl.DeleteVolume(context.Background(), &csi.DeleteVolumeRequest{VolumeId: volID}); err != nil {
+		t.Fatal(err)
+	}
+	e.d.restores.drain()
+	if _, err := os.Lstat(markerPath(e.d.opts.DataDir, volID)); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("marker of a deleted volume left: %v", err)
+	}
+}
+
+// TestSIGKILLBeforeRestoreFlush kills the driver right after CreateVolume
+// from a snapshot returned, while the background flush still runs, and
+// checks that the restarted driver keeps the volume, flushes it and leaves
+// its data equal to the snapshot.
+func TestSIGKILLBeforeRestoreFlush(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds the driver and copies 256 MiB")
+	}
+	bin, dir := buildDriver(t), t.TempDir()
+	p := startDriver(t, bin, dir)
+	ctx := context.Background()
+	vol, err := p.ctrl.CreateVolume(ctx, &csi.CreateVolumeRequest{
+		Name: "kill-src", CapacityRange: &csi.CapacityRange{RequiredBytes: 256 << 20}, VolumeCapabilities: []*csi.VolumeCapability{blockCap()},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	dataDir := filepath.Join(dir, "data")
+	fillVolume(t, filepath.Join(dataDir, "volumes", vol.GetVolume().GetVolumeId()), 256<<20)
+	snap, err := p.ctrl.CreateSnapshot(ctx, &csi.CreateSnapshotRequest{Name: "kill-snap", SourceVolumeId: vol.GetVolume().GetVolumeId()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	restored, err := p.ctrl.CreateVolume(ctx, &csi.CreateVolumeRequest{
+		Name: "kill-restored", CapacityRange: &csi.CapacityRange{RequiredBytes: 256 << 20},
+		VolumeCapabilities: []*csi.VolumeCapability{blockCap()},
+		VolumeContentSource: &csi.VolumeContentSource{Type: &csi.VolumeContentSource_Snapshot{
+			Snapshot: &csi.VolumeContentSource_SnapshotSource{SnapshotId: snap.GetSnapshot().GetSnapshotId()},
+		}},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p.kill(t)
+	volID := restored.GetVolume().GetVolumeId()
+	if _, err := os.Lstat(markerPath(dataDir, volID)); err != nil {
+		t.Skipf("the flush finished before the kill, nothing was interrupted: %v", err)
+	}
+
+	p = startDriver(t, bin, dir)
+	if _, err := p.ctrl.ControllerGetVolume(ctx, &csi.ControllerGetVolumeRequest{VolumeId: volID}); err != nil {
+		t.Fatalf("restored volume lost: %v", err)
+	}
+	for deadline := time.Now().Add(60 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		if _, err := os.Lstat(markerPath(dataDir, volID)); errors.Is(err, os.ErrNotExist) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the restarted driver never flushed the restored volume")
+		}
+	}
+	if !sameFile(t, filepath.Join(dataDir, "snapshots", snap.GetSnapshot().GetSnapshotId()), filepath.Join(dataDir, "volumes", volID)) {
+		t.Fatal("restored data differs from the snapshot")
+	}
+}
