@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # update-codegen.sh regenerates everything derived from client/apis: deepcopy functions, the typed
-# clientset with its fake, listers, informers and the CRDs. Generated files are never edited by
+# clientset with its fake, listers, informers and the CRDs (controller-gen writes v1; hack/crdversions
+# adds the older versions clusters may still store). Generated files are never edited by
 # hand; `make verify` runs this into a scratch copy and fails when the result differs.
 #
 # Usage: hack/update-codegen.sh [client-dir]   (default: ./client)
@@ -37,3 +38,6 @@ echo "codegen: informers" >&2
 
 echo "codegen: CRDs" >&2
 "$bin/controller-gen" crd:crdVersions=v1 paths=./apis/... output:crd:dir=config/crd
+
+echo "codegen: CRD versions (v1beta1, v1beta2 beside v1)" >&2
+(cd "$root" && go run ./hack/crdversions "$client/config/crd")

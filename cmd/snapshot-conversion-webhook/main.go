@@ -1,0 +1,88 @@
+// Command snapshot-conversion-webhook converts Shutter's custom resources between the API versions
+// their CRDs serve (groupsnapshot.storage.k8s.io v1beta1, v1beta2 and v1), for clusters upgraded
+// from CRDs that once stored v1beta1 objects.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+
+	"k8s.io/klog/v2"
+
+	"github.com/shutter-csi/shutter/pkg/conversion"
+)
+
+// version is set at build time with -ldflags "-X main.version=...".
+var version = "devel"
+
+func main() {
+	opts, showVersion, err := parseFlags(os.Args[1:])
+	if errors.Is(err, flag.ErrHelp) {
+		os.Exit(0)
+	}
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "snapshot-conversion-webhook: %v\nRun 'snapshot-conversion-webhook --help' for usage.\n", err)
+		os.Exit(2)
+	}
+	if showVersion {
+		fmt.Println("snapshot-conversion-webhook", version)
+		return
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+	defer stop()
+	logger := klog.Background()
+	ctx = klog.NewContext(ctx, logger)
+	logger.Info("Starting snapshot-conversion-webhook", "version", version)
+	if err := conversion.Run(ctx, opts); err != nil {
+		logger.Error(err, "snapshot-conversion-webhook failed")
+		klog.FlushAndExit(klog.ExitFlushTimeout, 1)
+	}
+	klog.Flush()
+}
+
+// parseFlags turns the command line into webhook options.
+func parseFlags(args []string) (conversion.Options, bool, error) {
+	opts := conversion.DefaultOptions()
+	fs := flag.NewFlagSet("snapshot-conversion-webhook", flag.ContinueOnError)
+	fs.StringVar(&opts.CertFile, "tls-cert-file", "", "PEM serving certificate; read again when it changes.")
+	fs.StringVar(&opts.KeyFile, "tls-private-key-file", "", "PEM private key of the serving certificate; read again when it changes.")
+	fs.StringVar(&opts.Address, "address", "", "Address to listen on; empty means every interface.")
+	fs.IntVar(&opts.Port, "port", opts.Port, "HTTPS port serving /convert and /healthz.")
+	crds := fs.String("patch-crds", "", "Comma-separated CRD names to point at this webhook (spec.conversion); empty changes no CRD.")
+	c := &opts.CRDs
+	fs.StringVar(&c.ServiceNamespace, "service-namespace", "", "Namespace of the webhook's Service, for --patch-crds.")
+	fs.StringVar(&c.ServiceName, "service-name", "", "Name of the webhook's Service, for --patch-crds.")
+	port := fs.Int("service-port", int(c.ServicePort), "Port of the webhook's Service, for --patch-crds.")
+	fs.StringVar(&c.URL, "webhook-url", "", "URL the API server calls instead of a Service, for --patch-crds.")
+	fs.StringVar(&c.CABundleFile, "ca-bundle-file", "", "PEM CA that signed the serving certificate, written into the CRDs by --patch-crds.")
+	fs.DurationVar(&c.Resync, "crd-resync-period", c.Resync, "How often --patch-crds applies the conversion settings again.")
+	showVersion := fs.Bool("version", false, "Print the version and exit.")
+	c.Client.AddFlags(fs, 5, 10)
+	klog.InitFlags(fs)
+	if err := fs.Parse(args); err != nil {
+		return opts, false, err
+	}
+	if *showVersion {
+		return opts, true, nil
+	}
+	if fs.NArg() > 0 {
+		return opts, false, fmt.Errorf("unexpected arguments: %v", fs.Args())
+	}
+	if opts.CertFile == "" || opts.KeyFile == "" {
+		return opts, false, errors.New("--tls-cert-file and --tls-private-key-file are required")
+	}
+	c.ServicePort = int32(*port)
+	if *crds != "" {
+		c.Names = strings.Split(*crds, ",")
+		if c.CABundleFile == "" || (c.URL == "" && (c.ServiceName == "" || c.ServiceNamespace == "")) {
+			return opts, false, errors.New("--patch-crds needs --ca-bundle-file and either --service-name with --service-namespace or --webhook-url")
+		}
+	}
+	return opts, false, nil
+}

@@ -1,0 +1,118 @@
+package conversion
+
+import (
+	"bytes"
+	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"strconv"
+	"sync"
+	"time"
+
+	"k8s.io/apiserver/pkg/server/dynamiccertificates"
+	"k8s.io/apiserver/pkg/server/healthz"
+	"k8s.io/klog/v2"
+)
+
+// ConvertPath is where the webhook serves ConversionReviews.
+const ConvertPath = "/convert"
+
+// Options configure the conversion webhook.
+type Options struct {
+	// CertFile and KeyFile hold the PEM serving certificate and key; both are read again when
+	// they change.
+	CertFile, KeyFile string
+	// Address is the host to listen on; empty means every interface.
+	Address string
+	// Port is the HTTPS port serving /convert and /healthz.
+	Port int
+	// CRDs optionally points CRDs at this webhook (see CRDOptions).
+	CRDs CRDOptions
+}
+
+// DefaultOptions returns the defaults of the command's flags.
+func DefaultOptions() Options {
+	return Options{Port: 9443, CRDs: CRDOptions{Resync: time.Minute, ServicePort: 443}}
+}
+
+// Run listens on the configured port and serves until ctx is done.
+func Run(ctx context.Context, opts Options) error {
+	ln, err := net.Listen("tcp", net.JoinHostPort(opts.Address, strconv.Itoa(opts.Port)))
+	if err != nil {
+		return err
+	}
+	return Serve(ctx, ln, opts)
+}
+
+// Serve serves HTTPS on ln until ctx is done, and keeps the configured CRDs pointed at the
+// webhook meanwhile.
+func Serve(ctx context.Context, ln net.Listener, opts Options) error {
+	logger := klog.FromContext(ctx)
+	certs, err := dynamiccertificates.NewDynamicServingContentFromFiles("conversion-webhook", opts.CertFile, opts.KeyFile)
+	if err != nil {
+		return fmt.Errorf("serving certificate: %w", err)
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	go certs.Run(ctx, 1)
+
+	mux := http.NewServeMux()
+	mux.Handle(ConvertPath, Handler())
+	healthz.InstallHandler(mux, healthz.PingHealthz)
+	srv := &http.Server{
+		Handler:           mux,
+		ReadHeaderTimeout: 10 * time.Second,
+		TLSConfig: &tls.Config{
+			MinVersion:     tls.VersionTLS12,
+			GetCertificate: (&certCache{content: certs}).get,
+		},
+		BaseContext: func(net.Listener) context.Context { return ctx },
+	}
+	errCh := make(chan error, 2)
+	go func() { errCh <- srv.ServeTLS(ln, "", "") }()
+	if len(opts.CRDs.Names) > 0 {
+		go func() { errCh <- KeepCRDsPointed(ctx, opts.CRDs) }()
+	}
+	logger.Info("Serving CRD conversions", "address", ln.Addr().String(), "path", ConvertPath)
+	select {
+	case err = <-errCh:
+	case <-ctx.Done():
+	}
+	shutdownCtx, stop := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+	defer stop()
+	if shutdownErr := srv.Shutdown(shutdownCtx); err == nil && !errors.Is(shutdownErr, http.ErrServerClosed) {
+		err = shutdownErr
+	}
+	if errors.Is(err, http.ErrServerClosed) || errors.Is(err, context.Canceled) {
+		err = nil
+	}
+	return err
+}
+
+// certCache parses the current certificate and key once per change, not once per handshake.
+type certCache struct {
+	content dynamiccertificates.CertKeyContentProvider
+
+	mu        sync.Mutex
+	certPEM   []byte
+	keyPEM    []byte
+	certified *tls.Certificate
+}
+
+func (c *certCache) get(*tls.ClientHelloInfo) (*tls.Certificate, error) {
+	certPEM, keyPEM := c.content.CurrentCertKeyContent()
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.certified != nil && bytes.Equal(certPEM, c.certPEM) && bytes.Equal(keyPEM, c.keyPEM) {
+		return c.certified, nil
+	}
+	cert, err := tls.X509KeyPair(certPEM, keyPEM)
+	if err != nil {
+		return nil, fmt.Errorf("serving certificate: %w", err)
+	}
+	c.certPEM, c.keyPEM, c.certified = certPEM, keyPEM, &cert
+	return &cert, nil
+}
