@@ -90,6 +90,26 @@ func TestWrites(t *testing.T) {
 	}
 }
 
+func TestWritesKeepsReleasedObject(t *testing.T) {
+	w := NewWrites[*metav1.ObjectMeta]()
+	now := metav1.Now()
+	listed := obj("a", "1", "5")
+	listed.DeletionTimestamp, listed.Finalizers = &now, []string{"f"}
+	// The API server answers the removal of the last finalizer with the same resourceVersion.
+	own := obj("a", "1", "5")
+	own.DeletionTimestamp = &now
+	w.Record(own)
+	for range 2 {
+		if got := w.Latest(listed); len(got.Finalizers) != 0 {
+			t.Fatal("a stale copy with finalizers shadowed the released object")
+		}
+	}
+	w.Forget(own)
+	if got := w.Latest(listed); got != listed {
+		t.Error("after the deletion, the lister's copy is what there is")
+	}
+}
+
 func TestHandlerDropsNoOps(t *testing.T) {
 	var added []string
 	w := NewWrites[*metav1.ObjectMeta]()

@@ -45,11 +45,20 @@ func (w *Writes[T]) Latest(listed T) T {
 	if !ok {
 		return listed
 	}
-	if own.GetUID() == listed.GetUID() && newer(own, listed) {
+	if own.GetUID() == listed.GetUID() && (newer(own, listed) || released(own, listed)) {
 		return own
 	}
 	delete(w.objects, key)
 	return listed
+}
+
+// released tells whether own is the last write of an object: its final finalizer removed while it
+// was being deleted. The API server answers that write with the object's last resourceVersion,
+// so the lister's copy looks just as new until the deletion arrives; own is the truth until then
+// (Handler forgets it on the deletion).
+func released(own, listed metav1.Object) bool {
+	return own.GetDeletionTimestamp() != nil && len(own.GetFinalizers()) == 0 &&
+		own.GetResourceVersion() == listed.GetResourceVersion()
 }
 
 // Get returns this component's last write of key while the informer has not caught up with it:

@@ -68,7 +68,9 @@ func DefaultOptions() Options {
 		RetryIntervalStart:          time.Second,
 		RetryIntervalMax:            5 * time.Minute,
 		ResyncPeriod:                15 * time.Minute,
-		Client:                      app.ClientOptions{QPS: 5, Burst: 10},
+		// About three writes per snapshot: 100/200 keeps a burst of hundreds of snapshots from
+		// waiting on the client side, while API Priority and Fairness protects the server.
+		Client: app.ClientOptions{QPS: 100, Burst: 200},
 	}
 }
 

@@ -33,7 +33,7 @@ func (c *Controller) provision(ctx context.Context, vs *snapshotv1.VolumeSnapsho
 	if err := c.protectClaim(ctx, pvc); err != nil {
 		return err
 	}
-	if vs, err = c.ensureSnapshotFinalizers(ctx, vs, class.DeletionPolicy); err != nil {
+	if vs, err = c.ensureSnapshotFinalizers(ctx, vs, class.DeletionPolicy, class.Name); err != nil {
 		return err
 	}
 	created, err := c.createContent(ctx, content)

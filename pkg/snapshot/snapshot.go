@@ -88,7 +88,7 @@ func (c *Controller) syncBound(ctx context.Context, vs *snapshotv1.VolumeSnapsho
 			return err
 		}
 	}
-	vs, err := c.ensureSnapshotFinalizers(ctx, vs, content.Spec.DeletionPolicy)
+	vs, err := c.ensureSnapshotFinalizers(ctx, vs, content.Spec.DeletionPolicy, "")
 	if err != nil {
 		return err
 	}
@@ -110,17 +110,23 @@ func (c *Controller) bindContent(ctx context.Context, content *snapshotv1.Volume
 }
 
 // ensureSnapshotFinalizers adds the as-source finalizer, and the bound one for a Delete policy.
-func (c *Controller) ensureSnapshotFinalizers(ctx context.Context, vs *snapshotv1.VolumeSnapshot, policy snapshotv1.DeletionPolicy) (*snapshotv1.VolumeSnapshot, error) {
+// A class chosen as the driver's default is recorded in the snapshot's spec in the same write.
+func (c *Controller) ensureSnapshotFinalizers(ctx context.Context, vs *snapshotv1.VolumeSnapshot, policy snapshotv1.DeletionPolicy,
+	defaultClass string) (*snapshotv1.VolumeSnapshot, error) {
 	want := []string{protocol.SnapshotAsSourceFinalizer}
 	if policy == snapshotv1.VolumeSnapshotContentDelete {
 		want = append(want, protocol.SnapshotBoundFinalizer)
 	}
 	finalizers, changed := withFinalizers(vs.Finalizers, want, nil)
-	if !changed {
+	recordClass := defaultClass != "" && vs.Spec.VolumeSnapshotClassName == nil
+	if !changed && !recordClass {
 		return vs, nil
 	}
 	updated := vs.DeepCopy()
 	updated.Finalizers = finalizers
+	if recordClass {
+		updated.Spec.VolumeSnapshotClassName = &defaultClass
+	}
 	return c.patchSnapshot(ctx, vs, updated)
 }
 

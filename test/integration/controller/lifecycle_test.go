@@ -90,6 +90,9 @@ func TestDynamicSnapshotLifecycle(t *testing.T) {
 			t.Errorf("snapshot finalizers %v lack %s", vs.Finalizers, fin)
 		}
 	}
+	if vs.Spec.VolumeSnapshotClassName == nil || *vs.Spec.VolumeSnapshotClassName != "lifecycle" {
+		t.Errorf("the default class was not recorded in the snapshot's spec: %v", vs.Spec.VolumeSnapshotClassName)
+	}
 	if st := vs.Status; *st.BoundVolumeSnapshotContentName != content.Name || st.RestoreSize.String() != "1Gi" || st.CreationTime == nil || st.Error != nil {
 		t.Errorf("snapshot status %+v", st)
 	}

@@ -52,7 +52,7 @@ func (w *writeCounter) wrap(rt http.RoundTripper) http.RoundTripper {
 		if req.Method != http.MethodGet {
 			key := req.Method + " " + resourceOf(req.URL.Path)
 			if err != nil || resp.StatusCode >= 300 {
-				key += " (failed)"
+				key += fmt.Sprintf(" (failed %d)", statusOf(resp))
 			}
 			w.mu.Lock()
 			w.counts[key]++
@@ -269,3 +269,10 @@ func (f *fixture) waitSnapshot(t *testing.T, name string, ok func(*snapshotv1.Vo
 }
 
 func ptr[T any](v T) *T { return &v }
+
+func statusOf(resp *http.Response) int {
+	if resp == nil {
+		return 0
+	}
+	return resp.StatusCode
+}
