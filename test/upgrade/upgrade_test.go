@@ -82,6 +82,7 @@ func TestUpgradeOverPublicCRDs(t *testing.T) {
 	applyDir(ctx, t, env.Config, shutterCRDs(t, wh.url, wh.caBundle))
 
 	checkStoredVersions(ctx, t, env.Config)
+	checkPointCRDs(ctx, t, env.Config, wh)
 	checkLegacyContent(ctx, t, env.Config, dyn)
 	checkBeta2Content(ctx, t, env.Config, dyn)
 	checkOtherKinds(ctx, t, env.Config, dyn, ns)
@@ -169,6 +170,32 @@ func checkStoredVersions(ctx context.Context, t *testing.T, cfg *rest.Config) {
 		}
 		if crd.Spec.Conversion == nil || (crd.Spec.Group == group) != (crd.Spec.Conversion.Strategy == "Webhook") {
 			t.Errorf("%s: conversion %+v", name, crd.Spec.Conversion)
+		}
+	}
+}
+
+// checkPointCRDs applies the webhook's conversion settings as the chart's webhook does (server-side
+// apply of spec.conversion alone) over CRDs applied with strategy None, and expects Webhook again.
+func checkPointCRDs(ctx context.Context, t *testing.T, cfg *rest.Config, wh webhook) {
+	t.Helper()
+	cs := apiextensions.NewForConfigOrDie(cfg)
+	names := []string{"volumegroupsnapshotcontents." + group, "volumegroupsnapshots." + group, "volumegroupsnapshotclasses." + group}
+	caFile := filepath.Join(t.TempDir(), "ca.crt")
+	if err := os.WriteFile(caFile, wh.caBundle, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	applyDir(ctx, t, cfg, testenv.CRDDir())
+	opts := conversion.CRDOptions{Names: names, URL: wh.url, CABundleFile: caFile}
+	if err := conversion.PointCRDs(ctx, cs, opts); err != nil {
+		t.Fatalf("PointCRDs: %v", err)
+	}
+	for _, name := range names {
+		crd, err := cs.ApiextensionsV1().CustomResourceDefinitions().Get(ctx, name, metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if c := crd.Spec.Conversion; c.Strategy != "Webhook" || ptr.Deref(c.Webhook.ClientConfig.URL, "") != wh.url {
+			t.Errorf("%s: conversion %+v after PointCRDs", name, c)
 		}
 	}
 }
