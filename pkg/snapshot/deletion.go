@@ -86,7 +86,7 @@ func refersTo(content *snapshotv1.VolumeSnapshotContent, vs *snapshotv1.VolumeSn
 // group members are their group's business.
 func (c *Controller) syncContent(ctx context.Context, content *snapshotv1.VolumeSnapshotContent) error {
 	ref := content.Spec.VolumeSnapshotRef
-	if ref.UID == "" || content.Annotations[protocol.AnnGroupSnapshotHandle] != "" {
+	if ref.UID == "" || content.Annotations[protocol.AnnGroupSnapshotHandle] != "" || handedOver(content) {
 		return nil
 	}
 	gone, err := c.snapshotGone(ctx, content)
@@ -97,6 +97,14 @@ func (c *Controller) syncContent(ctx context.Context, content *snapshotv1.Volume
 		return nil // Retain: the content outlives its snapshot
 	}
 	return c.releaseContent(ctx, content)
+}
+
+// handedOver tells whether a content is already the sidecar's: marked being-deleted and, with a
+// Delete policy, deleted. Releasing it again would write nothing, so its snapshot is not looked up
+// (a lister miss would cost a live GET for every later change the sidecar makes to it).
+func handedOver(content *snapshotv1.VolumeSnapshotContent) bool {
+	_, marked := content.Annotations[protocol.AnnBeingDeleted]
+	return marked && (content.DeletionTimestamp != nil || content.Spec.DeletionPolicy != snapshotv1.VolumeSnapshotContentDelete)
 }
 
 // snapshotGone tells whether the snapshot a content is bound to no longer exists.
