@@ -49,6 +49,11 @@ type writeCounter struct {
 func (w *writeCounter) wrap(rt http.RoundTripper) http.RoundTripper {
 	return roundTripFunc(func(req *http.Request) (*http.Response, error) {
 		resp, err := rt.RoundTrip(req)
+		if req.Method == http.MethodGet && namedObject(req.URL.Path) && req.URL.Query().Get("watch") == "" {
+			w.mu.Lock()
+			w.counts["GET "+resourceOf(req.URL.Path)]++
+			w.mu.Unlock()
+		}
 		if req.Method != http.MethodGet {
 			key := req.Method + " " + resourceOf(req.URL.Path)
 			if err != nil || resp.StatusCode >= 300 {
@@ -87,6 +92,20 @@ func (w *writeCounter) since(before map[string]int) (map[string]int, int) {
 type roundTripFunc func(*http.Request) (*http.Response, error)
 
 func (f roundTripFunc) RoundTrip(r *http.Request) (*http.Response, error) { return f(r) }
+
+// namedObject tells whether path names one object (a single-object GET), not a collection.
+func namedObject(path string) bool {
+	parts := strings.Split(strings.Trim(path, "/"), "/")
+	if len(parts) > 0 && parts[0] == "api" {
+		parts = parts[2:]
+	} else if len(parts) > 2 {
+		parts = parts[3:]
+	}
+	if len(parts) >= 2 && parts[0] == "namespaces" && len(parts) > 2 {
+		parts = parts[2:]
+	}
+	return len(parts) >= 2
+}
 
 // resourceOf turns /apis/g/v/namespaces/ns/res/name/sub into "res/sub".
 func resourceOf(path string) string {
