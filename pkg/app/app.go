@@ -85,8 +85,11 @@ func NewElector(opts LeaderElectionOptions, name string) *Elector {
 	return &Elector{opts: opts, name: name, watchdog: leaderelection.NewLeaderHealthzAdaptor(opts.RenewDeadline)}
 }
 
-// Check is the health check that fails when the leader stopped renewing its Lease.
-func (e *Elector) Check() healthz.HealthChecker { return e.watchdog }
+// Check is the health check, served at /healthz/leader-election, that fails when the leader
+// stopped renewing its Lease.
+func (e *Elector) Check() healthz.HealthChecker {
+	return healthz.NamedCheck("leader-election", e.watchdog.Check)
+}
 
 // Run calls run while leading, or at once when leader election is off. It returns when ctx is
 // done and run has returned; the Lease is released on the way out.

@@ -1,0 +1,52 @@
+package app
+
+import (
+	"context"
+	"io"
+	"net"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+)
+
+func TestServeHTTP(t *testing.T) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := l.Addr().String()
+	l.Close()
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	elector := NewElector(LeaderElectionOptions{RenewDeadline: time.Second}, "test")
+	go func() { done <- ServeHTTP(ctx, addr, Registry(), elector.Check()) }()
+
+	get := func(path string) (int, string) {
+		var resp *http.Response
+		for range 50 {
+			if resp, err = http.Get("http://" + addr + path); err == nil {
+				break
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+		if err != nil {
+			t.Fatalf("GET %s: %v", path, err)
+		}
+		defer resp.Body.Close()
+		body, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(body)
+	}
+	if code, body := get("/metrics"); code != 200 || !strings.Contains(body, "go_goroutines") {
+		t.Errorf("/metrics: %d %.80s", code, body)
+	}
+	for _, path := range []string{"/healthz", "/healthz/leader-election"} {
+		if code, _ := get(path); code != 200 {
+			t.Errorf("%s: %d", path, code)
+		}
+	}
+	cancel()
+	if err := <-done; err != nil {
+		t.Errorf("shutdown: %v", err)
+	}
+}
