@@ -104,30 +104,8 @@ func (g *groups) selectVolumes(vgs *groupv1.VolumeGroupSnapshot) (string, []stri
 
 // groupClass returns the class the group names, or the one default group class of driver.
 func (g *groups) groupClass(vgs *groupv1.VolumeGroupSnapshot, driver string) (*groupv1.VolumeGroupSnapshotClass, error) {
-	if name := vgs.Spec.VolumeGroupSnapshotClassName; name != nil {
-		class, err := g.classes.Get(*name)
-		if apierrors.IsNotFound(err) {
-			return nil, fmt.Errorf("VolumeGroupSnapshotClass %s does not exist", *name)
-		} else if err != nil {
-			return nil, err
-		}
-		if class.Driver != driver {
-			return nil, fmt.Errorf("VolumeGroupSnapshotClass %s is for driver %s, but the volumes are of driver %s", *name, class.Driver, driver)
-		}
-		return class, nil
-	}
-	var defaults []*groupv1.VolumeGroupSnapshotClass
-	for _, class := range indexed[*groupv1.VolumeGroupSnapshotClass](g.classIndexer, byDriver, driver) {
-		if class.Annotations[protocol.AnnGroupDefaultClass] == "true" {
-			defaults = append(defaults, class)
-		}
-	}
-	switch len(defaults) {
-	case 1:
-		return defaults[0], nil
-	case 0:
-		return nil, fmt.Errorf("no VolumeGroupSnapshotClass is named and driver %s has no default group class", driver)
-	default:
-		return nil, fmt.Errorf("driver %s has %d default VolumeGroupSnapshotClasses; mark exactly one with %s", driver, len(defaults), protocol.AnnGroupDefaultClass)
-	}
+	return classPicker[*groupv1.VolumeGroupSnapshotClass]{
+		kind: "VolumeGroupSnapshotClass", get: g.classes.Get, indexer: g.classIndexer, defaultAnn: protocol.AnnGroupDefaultClass,
+		driverOf: func(class *groupv1.VolumeGroupSnapshotClass) string { return class.Driver },
+	}.pick(vgs.Spec.VolumeGroupSnapshotClassName, driver)
 }

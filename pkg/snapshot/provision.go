@@ -8,6 +8,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/tools/cache"
 	"k8s.io/klog/v2"
 
 	snapshotv1 "github.com/shutter-csi/shutter/client/apis/volumesnapshot/v1"
@@ -77,31 +78,49 @@ func (c *Controller) sourceVolume(vs *snapshotv1.VolumeSnapshot) (*corev1.Persis
 
 // snapshotClass returns the class the snapshot names, or the one default class of driver.
 func (c *Controller) snapshotClass(vs *snapshotv1.VolumeSnapshot, driver string) (*snapshotv1.VolumeSnapshotClass, error) {
-	if name := vs.Spec.VolumeSnapshotClassName; name != nil {
-		class, err := c.classes.Get(*name)
+	return classPicker[*snapshotv1.VolumeSnapshotClass]{
+		kind: "VolumeSnapshotClass", get: c.classes.Get, indexer: c.classIndexer, defaultAnn: protocol.AnnDefaultClass,
+		driverOf: func(class *snapshotv1.VolumeSnapshotClass) string { return class.Driver },
+	}.pick(vs.Spec.VolumeSnapshotClassName, driver)
+}
+
+// classPicker finds the class of a new snapshot or group snapshot: the one it names, which must be
+// of the volumes' driver, or the single class of that driver marked default.
+type classPicker[T metav1.Object] struct {
+	kind       string
+	get        func(name string) (T, error)
+	indexer    cache.Indexer // by driver
+	driverOf   func(T) string
+	defaultAnn string
+}
+
+func (p classPicker[T]) pick(name *string, driver string) (T, error) {
+	var zero T
+	if name != nil {
+		class, err := p.get(*name)
 		if apierrors.IsNotFound(err) {
-			return nil, fmt.Errorf("VolumeSnapshotClass %s does not exist", *name)
+			return zero, fmt.Errorf("%s %s does not exist", p.kind, *name)
 		} else if err != nil {
-			return nil, err
+			return zero, err
 		}
-		if class.Driver != driver {
-			return nil, fmt.Errorf("VolumeSnapshotClass %s is for driver %s, but the source volume is of driver %s", *name, class.Driver, driver)
+		if d := p.driverOf(class); d != driver {
+			return zero, fmt.Errorf("%s %s is for driver %s, but the volumes are of driver %s", p.kind, *name, d, driver)
 		}
 		return class, nil
 	}
-	var defaults []*snapshotv1.VolumeSnapshotClass
-	for _, class := range indexed[*snapshotv1.VolumeSnapshotClass](c.classIndexer, byDriver, driver) {
-		if class.Annotations[protocol.AnnDefaultClass] == "true" {
+	var defaults []T
+	for _, class := range indexed[T](p.indexer, byDriver, driver) {
+		if class.GetAnnotations()[p.defaultAnn] == "true" {
 			defaults = append(defaults, class)
 		}
 	}
 	switch len(defaults) {
-	case 0:
-		return nil, fmt.Errorf("no VolumeSnapshotClass is named and driver %s has no default class", driver)
 	case 1:
 		return defaults[0], nil
+	case 0:
+		return zero, fmt.Errorf("no %s is named and driver %s has no default class", p.kind, driver)
 	default:
-		return nil, fmt.Errorf("driver %s has %d default VolumeSnapshotClasses; mark exactly one with %s", driver, len(defaults), protocol.AnnDefaultClass)
+		return zero, fmt.Errorf("driver %s has %d default %ses; mark exactly one with %s", driver, len(defaults), p.kind, p.defaultAnn)
 	}
 }
 
