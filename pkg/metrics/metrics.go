@@ -21,10 +21,12 @@ const (
 	LabelOperation = "operation"
 	LabelStatus    = "status"
 
-	OperationCreate = "CreateSnapshot"
-	OperationDelete = "DeleteSnapshot"
-	StatusSuccess   = "success"
-	StatusFailure   = "failure"
+	OperationCreate      = "CreateSnapshot"
+	OperationDelete      = "DeleteSnapshot"
+	OperationCreateGroup = "CreateGroupSnapshot"
+	OperationDeleteGroup = "DeleteGroupSnapshot"
+	StatusSuccess        = "success"
+	StatusFailure        = "failure"
 )
 
 // Operations is the latency of whole snapshot operations, from request to outcome.

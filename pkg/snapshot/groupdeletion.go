@@ -8,6 +8,7 @@ import (
 
 	groupv1 "github.com/shutter-csi/shutter/client/apis/volumegroupsnapshot/v1"
 	snapshotv1 "github.com/shutter-csi/shutter/client/apis/volumesnapshot/v1"
+	"github.com/shutter-csi/shutter/pkg/metrics"
 	"github.com/shutter-csi/shutter/pkg/protocol"
 )
 
@@ -34,9 +35,13 @@ func (g *groups) finalizeGroup(ctx context.Context, vgs *groupv1.VolumeGroupSnap
 	}
 	updated := vgs.DeepCopy()
 	updated.Finalizers, _ = withFinalizers(vgs.Finalizers, nil, []string{protocol.GroupSnapshotBoundFinalizer})
-	_, err = patchObject(ctx, g.client.GroupsnapshotV1().VolumeGroupSnapshots(vgs.Namespace).Patch, g.snapshotWrites, vgs, updated)
+	if _, err = patchObject(ctx, g.client.GroupsnapshotV1().VolumeGroupSnapshots(vgs.Namespace).Patch, g.snapshotWrites, vgs, updated); err != nil {
+		return ignoreNotFound(err)
+	}
 	klog.FromContext(ctx).V(2).Info("Group snapshot released")
-	return ignoreNotFound(err)
+	metrics.Operations.WithLabelValues(metrics.OperationDeleteGroup, metrics.StatusSuccess).
+		Observe(g.clock.Since(vgs.DeletionTimestamp.Time).Seconds())
+	return nil
 }
 
 func (g *groups) refersTo(content *groupv1.VolumeGroupSnapshotContent, vgs *groupv1.VolumeGroupSnapshot) bool {

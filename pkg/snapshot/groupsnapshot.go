@@ -12,6 +12,7 @@ import (
 
 	groupv1 "github.com/shutter-csi/shutter/client/apis/volumegroupsnapshot/v1"
 	"github.com/shutter-csi/shutter/pkg/controller"
+	"github.com/shutter-csi/shutter/pkg/metrics"
 	"github.com/shutter-csi/shutter/pkg/protocol"
 )
 
@@ -138,6 +139,8 @@ func (g *groups) writeGroupStatus(ctx context.Context, vgs *groupv1.VolumeGroupS
 	g.snapshotWrites.Record(result)
 	if *want.ReadyToUse && !wasReady {
 		klog.FromContext(ctx).V(2).Info("Group snapshot ready")
+		metrics.Operations.WithLabelValues(metrics.OperationCreateGroup, metrics.StatusSuccess).
+			Observe(g.clock.Since(vgs.CreationTimestamp.Time).Seconds())
 		g.recorder.Event(result, corev1.EventTypeNormal, ReasonGroupReady, "Group snapshot is ready to use")
 	}
 	return nil
@@ -164,5 +167,7 @@ func (g *groups) failGroup(ctx context.Context, vgs *groupv1.VolumeGroupSnapshot
 	}
 	g.snapshotWrites.Record(result)
 	g.recorder.Event(vgs, corev1.EventTypeWarning, ReasonGroupInvalid, msg)
+	metrics.Operations.WithLabelValues(metrics.OperationCreateGroup, metrics.StatusFailure).
+		Observe(g.clock.Since(vgs.CreationTimestamp.Time).Seconds())
 	return controller.Final(cause)
 }

@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+	dto "github.com/prometheus/client_model/go"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -15,6 +17,7 @@ import (
 
 	groupv1 "github.com/shutter-csi/shutter/client/apis/volumegroupsnapshot/v1"
 	snapshotv1 "github.com/shutter-csi/shutter/client/apis/volumesnapshot/v1"
+	"github.com/shutter-csi/shutter/pkg/metrics"
 	"github.com/shutter-csi/shutter/pkg/protocol"
 )
 
@@ -153,6 +156,12 @@ func TestGroupSnapshotLifecycle(t *testing.T) {
 	}
 	if got := a.deletedHandles(); !slices.Equal(got, []string{"group-" + string(vgs.UID)}) {
 		t.Errorf("backend deletions %v, want the group snapshot once", got)
+	}
+	for _, op := range []string{metrics.OperationCreateGroup, metrics.OperationDeleteGroup} {
+		var m dto.Metric
+		if err := metrics.Operations.WithLabelValues(op, metrics.StatusSuccess).(prometheus.Histogram).Write(&m); err != nil || m.GetHistogram().GetSampleCount() == 0 {
+			t.Errorf("no %s latency observed: %v", op, err)
+		}
 	}
 }
 
