@@ -313,46 +313,51 @@ func (d *Driver) volumeSource(spec volumeSpec) (string, error) {
 }
 
 // buildVolume creates a volume's data under a temporary name, from source
-// with c when given, and renames it into place. c.sync says whether the data
-// is flushed.
+// with c when given, renames it into place and flushes it (see
+// installData). c.sync says whether the data itself is flushed.
 func (d *Driver) buildVolume(c copier, id string, accessType state.AccessType, size int64, source string) error {
 	final := d.volumePath(id)
 	tmp := tempPath(final)
-	if err := os.RemoveAll(tmp); err != nil {
-		return status.Errorf(codes.Internal, "clear temp data: %v", err)
+	made, err := d.writeVolumeData(c, tmp, accessType, size, source)
+	if errors.Is(err, fs.ErrExist) {
+		// Left by an attempt whose cleanup failed; Recover removes it too.
+		if err := os.RemoveAll(tmp); err != nil {
+			return status.Errorf(codes.Internal, "clear temp data: %v", err)
+		}
+		made, err = d.writeVolumeData(c, tmp, accessType, size, source)
 	}
-	if err := d.writeVolumeData(c, tmp, accessType, size, source); err != nil {
+	if err != nil {
 		_ = os.RemoveAll(tmp)
 		return status.Errorf(codes.Internal, "create volume data: %v", err)
 	}
-	return d.installData(tmp, final)
+	return d.installData(c, tmp, final, made)
 }
 
-func (d *Driver) writeVolumeData(c copier, path string, accessType state.AccessType, size int64, source string) error {
+// writeVolumeData creates a volume's data at path: a copy of source, an
+// empty directory or an empty sparse file.
+func (d *Driver) writeVolumeData(c copier, path string, accessType state.AccessType, size int64, source string) (copied, error) {
 	if source != "" {
-		if err := c.copyPath(path, source); err != nil {
-			return err
+		made, err := c.copyPath(path, source)
+		if err == nil && accessType == state.AccessBlock {
+			err = resizeFile(path, size, c.sync)
 		}
-		if accessType == state.AccessBlock {
-			return resizeFile(path, size, c.sync)
-		}
-		return nil
+		return made, err
 	}
 	if accessType == state.AccessMount {
 		if err := os.Mkdir(path, 0o750); err != nil {
-			return err
+			return copied{}, err
 		}
 		// Pods of any user must be able to write their volume.
-		return os.Chmod(path, 0o777)
+		return copied{dirs: []string{"."}}, os.Chmod(path, 0o777)
 	}
 	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o660)
 	if err != nil {
-		return err
+		return copied{}, err
 	}
 	if err := f.Close(); err != nil {
-		return err
+		return copied{}, err
 	}
-	return resizeFile(path, size, d.opts.Sync)
+	return copied{}, resizeFile(path, size, d.opts.Sync)
 }
 
 // resizeFile sets a block volume's size, leaving new space as a hole.

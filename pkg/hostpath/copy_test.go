@@ -45,7 +45,7 @@ func TestCopyFileKeepsHolesAndDropsZeros(t *testing.T) {
 	for _, sync := range []bool{false, true} {
 		dst := filepath.Join(dir, "dst")
 		_ = os.Remove(dst)
-		if err := (copier{sync: sync, noReflink: true}).copyPath(dst, src); err != nil {
+		if _, err := (copier{sync: sync, noReflink: true}).copyPath(dst, src); err != nil {
 			t.Fatal(err)
 		}
 		want, _ := os.ReadFile(src)
@@ -69,7 +69,7 @@ func TestCopyRefusesExistingTarget(t *testing.T) {
 	if err := os.WriteFile(dst, []byte("old"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	if err := (copier{}).copyPath(dst, src); err == nil {
+	if _, err := (copier{}).copyPath(dst, src); err == nil {
 		t.Fatal("copy over an existing file succeeded")
 	}
 }

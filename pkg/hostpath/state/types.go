@@ -48,6 +48,19 @@ type Snapshot struct {
 	GroupSnapshotID string            `json:"groupSnapshotID,omitempty"`
 	Topology        map[string]string `json:"topology,omitempty"`
 	CreatedAt       time.Time         `json:"createdAt"`
+	// Manifest summarises the snapshot's data. The record may reach the
+	// disk before the data's directories do; after a power failure the
+	// driver keeps only snapshots whose data still matches it. Records
+	// from before manifests were kept have none.
+	Manifest *Manifest `json:"manifest,omitempty"`
+}
+
+// Manifest summarises a data tree: the number of directories, regular
+// files and symlinks in it (the root included) and the regular files' total
+// size.
+type Manifest struct {
+	Entries int64 `json:"entries"`
+	Bytes   int64 `json:"bytes"`
 }
 
 // GroupSnapshot is the persisted record of a volume group snapshot. Its
