@@ -105,36 +105,39 @@ func (s *controllerServer) CreateVolume(ctx context.Context, req *csi.CreateVolu
 		return nil, err
 	}
 	defer unreserve()
-	background := spec.sourceSnap != "" && s.d.opts.Sync && s.d.opts.BackgroundRestoreSync
-	c := s.d.copier
-	if spec.sourceSnap != "" {
-		c = copier{sync: s.d.opts.Sync && !background, holesKnown: true}
-	}
-	if background {
-		if err := s.d.restores.begin(spec.id, spec.sourceSnap); err != nil {
-			return nil, err
-		}
-	}
-	if err := s.d.buildVolume(c, spec.id, spec.accessType, spec.size, source); err != nil {
-		_ = s.d.restores.forget(spec.id)
-		return nil, err
-	}
 	v := state.Volume{
 		ID: spec.id, Name: spec.name, CapacityBytes: spec.size, AccessType: spec.accessType,
 		Topology: s.d.topology(), SourceSnapshotID: spec.sourceSnap, SourceVolumeID: spec.sourceVol,
 		Parameters: req.GetParameters(), MutableParameters: req.GetMutableParameters(),
 		SingleWriter: spec.singleWriter, CreatedAt: s.d.now().UTC(),
 	}
-	if err := s.d.volumes.Put(v.ID, v); err != nil {
-		_ = removeData(s.d.volumePath(v.ID))
-		_ = s.d.restores.forget(v.ID)
-		return nil, status.Errorf(codes.Internal, "record volume: %v", err)
+	if spec.sourceSnap != "" && s.d.opts.Sync && s.d.opts.BackgroundRestoreSync {
+		err = s.d.restoreInBackground(v, source)
+	} else {
+		err = s.d.createVolumeData(v, source)
 	}
-	if background {
-		s.d.restores.start(v.ID, spec.sourceSnap, s.d.volumePath(v.ID))
+	if err != nil {
+		return nil, err
 	}
 	klog.FromContext(ctx).V(2).Info("Created volume", "volumeID", v.ID, "bytes", v.CapacityBytes, "accessType", v.AccessType)
 	return &csi.CreateVolumeResponse{Volume: s.d.csiVolume(v)}, nil
+}
+
+// createVolumeData builds volume v's data, empty or copied from source, and
+// then records the volume.
+func (d *Driver) createVolumeData(v state.Volume, source string) error {
+	c := d.copier
+	if v.SourceSnapshotID != "" {
+		c = copier{sync: d.opts.Sync, holesKnown: true, direct: true}
+	}
+	if err := d.buildVolume(c, v.ID, v.AccessType, v.CapacityBytes, source); err != nil {
+		return err
+	}
+	if err := d.volumes.Put(v.ID, v); err != nil {
+		_ = removeData(d.volumePath(v.ID))
+		return status.Errorf(codes.Internal, "record volume: %v", err)
+	}
+	return nil
 }
 
 // parseCreateVolume validates a CreateVolume request without touching disk.

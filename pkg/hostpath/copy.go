@@ -29,6 +29,10 @@ type copier struct {
 	// holesKnown says the source's zero blocks are holes already (it is a
 	// snapshot), so data extents are copied without reading them first.
 	holesKnown bool
+	// direct writes the data extents of files with direct I/O where the
+	// filesystem allows it, leaving the page cache alone (directcopy.go).
+	// It applies with holesKnown only.
+	direct bool
 }
 
 // copied describes what a copy made.
@@ -190,6 +194,16 @@ func (c copier) copyFile(dst, src string, perm fs.FileMode) (err error) {
 func (c copier) copyData(out *os.File, dst string, in *os.File, size int64) error {
 	if !c.holesKnown {
 		return copySparse(out, in, size, c.sync)
+	}
+	if !c.direct {
+		return copyExtents(out, in, size, c.sync)
+	}
+	err := copyExtentsDirect(out, dst, in, size)
+	if !errors.Is(err, errDirectUnsupported) {
+		return err
+	}
+	if err := out.Truncate(0); err != nil {
+		return fmt.Errorf("clear copy target: %w", err)
 	}
 	return copyExtents(out, in, size, c.sync)
 }

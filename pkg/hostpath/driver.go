@@ -8,9 +8,9 @@
 //   - A volume's record is written only after its data is in place and, with
 //     fsync on, flushed (files, new directories and the entry in volumes/):
 //     a volume record always names complete data. The exception is a volume
-//     restored with background sync: it carries a pending-restore marker
-//     until its data is flushed, and Recover flushes or re-copies it
-//     (restore.go).
+//     restored with background sync: its record is written with a
+//     pending-restore marker before the copy, the marker stays until its
+//     data is flushed, and Recover flushes or re-copies it (restore.go).
 //   - A snapshot's files are flushed before its data is renamed into place;
 //     then its directories are flushed while its record, which carries a
 //     manifest of the data, is appended to the record log. The two share one
@@ -316,7 +316,8 @@ func (d *Driver) reserve(key string, bytes int64, except string) (func(), error)
 	defer d.capMu.Unlock()
 	used := int64(0)
 	for _, v := range d.volumes.List() {
-		if v.ID != except {
+		// A reservation stands in for the record of a volume being made.
+		if _, ok := d.reserved[volumeKey(v.ID)]; !ok && v.ID != except {
 			used += v.CapacityBytes
 		}
 	}
@@ -340,7 +341,9 @@ func (d *Driver) freeCapacity() int64 {
 	defer d.capMu.Unlock()
 	used := int64(0)
 	for _, v := range d.volumes.List() {
-		used += v.CapacityBytes
+		if _, ok := d.reserved[volumeKey(v.ID)]; !ok {
+			used += v.CapacityBytes
+		}
 	}
 	for _, r := range d.reserved {
 		used += r

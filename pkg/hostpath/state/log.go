@@ -69,12 +69,14 @@ type Log struct {
 	// size of the frames that a compacted log needs for them.
 	live      map[recordKey][]byte
 	liveBytes int64
-	// pending changes go to disk in batch started+1. done is the last
-	// batch finished; flushing says a leader is writing batch started.
-	pending  []change
-	started  uint64
-	done     uint64
-	flushing bool
+	// pending changes go to disk in batch started+1, flushed when
+	// pendingFlush is set. done is the last batch finished; flushing says
+	// a leader is writing batch started.
+	pending      []change
+	pendingFlush bool
+	started      uint64
+	done         uint64
+	flushing     bool
 	// err is set for good when a write, flush or compaction fails:
 	// after a failed flush the file's state is unknown, so every later
 	// change fails too, from batch failedFrom on, until the log is opened
@@ -181,16 +183,18 @@ func (l *Log) records(table string) map[string][]byte {
 	return out
 }
 
-// commit appends changes to the log and returns once they are written (and
-// flushed, with sync). Concurrent commits share writes and flushes. Callers
-// must not commit changes to the same record concurrently.
-func (l *Log) commit(changes ...change) error {
+// commit appends changes to the log, in order, with one write, and returns
+// once they are written and, when flush is set and the log syncs, flushed.
+// Concurrent commits share writes and flushes. Callers must not commit
+// changes to the same record concurrently.
+func (l *Log) commit(flush bool, changes ...change) error {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if l.err != nil {
 		return l.err
 	}
 	l.pending = append(l.pending, changes...)
+	l.pendingFlush = l.pendingFlush || flush
 	batch := l.started + 1
 	for l.done < batch {
 		if l.err != nil && batch >= l.failedFrom {
@@ -213,8 +217,8 @@ func (l *Log) commit(changes ...change) error {
 // returns with mu held; the I/O happens without it. While flushing is set,
 // only the leader touches f and size.
 func (l *Log) lead() {
-	changes := l.pending
-	l.pending = nil
+	changes, flush := l.pending, l.pendingFlush
+	l.pending, l.pendingFlush = nil, false
 	l.started++
 	batch := l.started
 	l.flushing = true
@@ -223,7 +227,7 @@ func (l *Log) lead() {
 		buf = appendFrame(buf, c)
 	}
 	l.mu.Unlock()
-	err := l.append(buf)
+	err := l.append(buf, flush)
 	l.mu.Lock()
 	if err == nil {
 		for _, c := range changes {
@@ -248,15 +252,15 @@ func (l *Log) lead() {
 	l.cond.Broadcast()
 }
 
-// append writes buf at the end of the log and flushes it. A failed write
-// is cut off again so that a later Open does not mistake it for a torn
-// tail followed by nothing.
-func (l *Log) append(buf []byte) error {
+// append writes buf at the end of the log and flushes it when asked to. A
+// failed write is cut off again so that a later Open does not mistake it
+// for a torn tail followed by nothing.
+func (l *Log) append(buf []byte, flush bool) error {
 	if _, err := l.f.WriteAt(buf, l.size); err != nil {
 		_ = l.f.Truncate(l.size)
 		return fmt.Errorf("append to record log: %w", err)
 	}
-	if l.sync {
+	if l.sync && flush {
 		if err := unix.Fdatasync(int(l.f.Fd())); err != nil {
 			return fmt.Errorf("flush record log: %w", err)
 		}

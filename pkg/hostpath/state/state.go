@@ -123,17 +123,11 @@ func (t *Table[T]) Find(match func(T) bool) (T, bool) {
 
 // Put durably stores rec under id, replacing any previous record.
 func (t *Table[T]) Put(id string, rec T) error {
-	data, err := json.Marshal(rec)
+	c, err := t.PutChange(id, rec)
 	if err != nil {
-		return fmt.Errorf("encode %s record %s: %w", t.name, id, err)
-	}
-	if err := t.log.commit(change{key: recordKey{table: t.name, id: id}, value: data}); err != nil {
 		return err
 	}
-	t.mu.Lock()
-	t.records[id] = rec
-	t.mu.Unlock()
-	return nil
+	return t.log.Commit(c)
 }
 
 // Delete durably removes the record stored under id. Deleting a missing
@@ -142,12 +136,67 @@ func (t *Table[T]) Delete(id string) error {
 	if _, ok := t.Get(id); !ok {
 		return nil
 	}
-	if err := t.log.commit(change{key: recordKey{table: t.name, id: id}}); err != nil {
+	return t.log.Commit(t.DeleteChange(id))
+}
+
+// Change is a put or delete of one record, made by Table.PutChange or
+// Table.DeleteChange, that takes effect when Log.Commit or
+// Log.CommitNoFlush writes it.
+type Change struct {
+	change
+	// apply updates the table in memory once the change is in the log.
+	apply func()
+}
+
+// PutChange prepares storing rec under id.
+func (t *Table[T]) PutChange(id string, rec T) (Change, error) {
+	data, err := json.Marshal(rec)
+	if err != nil {
+		return Change{}, fmt.Errorf("encode %s record %s: %w", t.name, id, err)
+	}
+	return Change{
+		change: change{key: recordKey{table: t.name, id: id}, value: data},
+		apply: func() {
+			t.mu.Lock()
+			t.records[id] = rec
+			t.mu.Unlock()
+		},
+	}, nil
+}
+
+// DeleteChange prepares removing the record stored under id.
+func (t *Table[T]) DeleteChange(id string) Change {
+	return Change{
+		change: change{key: recordKey{table: t.name, id: id}},
+		apply: func() {
+			t.mu.Lock()
+			delete(t.records, id)
+			t.mu.Unlock()
+		},
+	}
+}
+
+// Commit durably writes changes, possibly of several tables, in order and
+// with one write: after a crash the log holds a prefix of them. Then it
+// applies them to their tables.
+func (l *Log) Commit(changes ...Change) error { return l.commitChanges(true, changes) }
+
+// CommitNoFlush is Commit without the flush: the changes survive a killed
+// process but may be lost, after the changes committed before them, on
+// power failure. A later Commit flushes them too.
+func (l *Log) CommitNoFlush(changes ...Change) error { return l.commitChanges(false, changes) }
+
+func (l *Log) commitChanges(flush bool, changes []Change) error {
+	raw := make([]change, len(changes))
+	for i, c := range changes {
+		raw[i] = c.change
+	}
+	if err := l.commit(flush, raw...); err != nil {
 		return err
 	}
-	t.mu.Lock()
-	delete(t.records, id)
-	t.mu.Unlock()
+	for _, c := range changes {
+		c.apply()
+	}
 	return nil
 }
 
@@ -186,7 +235,7 @@ func importLegacy[T any](log *Log, table string) error {
 		changes = append(changes, change{key: recordKey{table: table, id: id}, value: value})
 	}
 	if len(changes) > 0 {
-		if err := log.commit(changes...); err != nil {
+		if err := log.commit(true, changes...); err != nil {
 			return err
 		}
 	}

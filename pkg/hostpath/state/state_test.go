@@ -321,3 +321,72 @@ func TestLiveIDsReadsWithoutChanging(t *testing.T) {
 		t.Fatalf("LiveIDs changed the log from %d to %d bytes", before, after)
 	}
 }
+
+// TestCommitWritesChangesOfSeveralTablesInOrder commits a change to two
+// tables at once and checks that a torn write keeps a prefix of the batch;
+// a change committed without a flush is still read back.
+func TestCommitWritesChangesOfSeveralTablesInOrder(t *testing.T) {
+	dir := t.TempDir()
+	l, vols := openVolumes(t, dir)
+	markers, err := OpenTable[PendingRestore](l, "restores")
+	if err != nil {
+		t.Fatal(err)
+	}
+	before := logSize(t, dir)
+	m, err := markers.PutChange("vol-a", PendingRestore{VolumeID: "vol-a"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	v, err := vols.PutChange("vol-a", Volume{ID: "vol-a"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := l.Commit(m, v); err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := vols.Get("vol-a"); !ok {
+		t.Fatal("a committed change was not applied to its table")
+	}
+	batch, err := os.ReadFile(logPath(dir))
+	if err != nil {
+		t.Fatal(err)
+	}
+	copied, err := markers.PutChange("vol-a", PendingRestore{VolumeID: "vol-a", Copied: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := l.CommitNoFlush(copied); err != nil {
+		t.Fatal(err)
+	}
+	_ = l.Close()
+
+	l2, err := OpenLog(dir, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := OpenTable[PendingRestore](l2, "restores")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if m, ok := got.Get("vol-a"); !ok || !m.Copied {
+		t.Fatalf("marker after reopen = %v, %t; want the unflushed update", m, ok)
+	}
+	_ = l2.Close()
+
+	// Cut the log inside the batch's second frame: the first must survive.
+	markerFrame := frameSize(recordKey{table: "restores", id: "vol-a"}, m.value)
+	if err := os.WriteFile(logPath(dir), batch[:before+markerFrame+3], 0o600); err != nil {
+		t.Fatal(err)
+	}
+	l3, vols3 := openVolumes(t, dir)
+	markers3, err := OpenTable[PendingRestore](l3, "restores")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := markers3.Get("vol-a"); !ok {
+		t.Fatal("the first change of a torn batch was lost")
+	}
+	if _, ok := vols3.Get("vol-a"); ok {
+		t.Fatal("the torn second change of a batch was read")
+	}
+}

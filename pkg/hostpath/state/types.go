@@ -79,7 +79,11 @@ type GroupSnapshot struct {
 type PendingRestore struct {
 	VolumeID   string `json:"volumeID"`
 	SnapshotID string `json:"snapshotID"`
-	// BootID is the kernel's boot ID when the copy was made. The copy is
-	// complete in the page cache as long as the kernel has not restarted.
+	// BootID is the kernel's boot ID when the copy was made. A finished
+	// copy is complete in the device or the page cache as long as the
+	// kernel has not restarted.
 	BootID string `json:"bootID"`
+	// Copied is set, without a flush, once the copy has finished. Without
+	// it the copy may be incomplete.
+	Copied bool `json:"copied,omitempty"`
 }
