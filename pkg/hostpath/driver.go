@@ -12,13 +12,14 @@
 //     pending-restore marker before the copy, the marker stays until its
 //     data is flushed, and Recover flushes or re-copies it (restore.go).
 //   - A snapshot's files are flushed before its data is renamed into place;
-//     then its directories are flushed while its record, which carries a
-//     manifest of the data, is appended to the record log. The two share one
-//     round of flushes, and the snapshot is reported only when both have
-//     finished. A power failure can therefore leave a record whose
-//     directories did not reach the disk; at start the driver flushes the
-//     filesystem and drops every snapshot whose data does not match its
-//     manifest (Recover). Such a snapshot was never acknowledged.
+//     then its record, which carries a manifest of the data, is handed to
+//     the device, and its directories are flushed, which flushes the
+//     device's write cache and so makes the record durable too. The
+//     snapshot is reported only after that. A power failure can therefore
+//     leave a record whose directories did not reach the disk; at start the
+//     driver flushes the filesystem and drops every snapshot whose data does
+//     not match its manifest (Recover). Such a snapshot was never
+//     acknowledged.
 //   - Records live in one record log shared by all tables, group-committed
 //     (state.Log); directory flushes are shared by concurrent operations
 //     too (state.SyncDir), so a burst of creates costs far fewer flushes
@@ -58,14 +59,17 @@ const TopologyKey = "topology.hostpath.csi.shutter.dev/node"
 // Driver serves the CSI Identity, Controller, Node and GroupController
 // services (and SnapshotMetadata when enabled) for one node.
 type Driver struct {
-	opts      Options
-	log       *state.Log
-	volumes   *state.Table[state.Volume]
-	snapshots *state.Table[state.Snapshot]
-	groups    *state.Table[state.GroupSnapshot]
-	locks     *idLocks
-	copier    copier
-	restores  *restoreSyncer
+	opts Options
+	log  *state.Log
+	// logSharesDevice says the record log is on the same filesystem as the
+	// data, so flushing data flushes the log's writes too.
+	logSharesDevice bool
+	volumes         *state.Table[state.Volume]
+	snapshots       *state.Table[state.Snapshot]
+	groups          *state.Table[state.GroupSnapshot]
+	locks           *idLocks
+	copier          copier
+	restores        *restoreSyncer
 	// now is the clock; tests may replace it.
 	now func() time.Time
 
@@ -136,6 +140,9 @@ func (d *Driver) openState(ctx context.Context) error {
 	}
 	if n := d.log.Dropped(); n > 0 {
 		klog.FromContext(ctx).Info("Dropped the torn end of the record log", "bytes", n)
+	}
+	if d.logSharesDevice, err = sameFilesystem(stateDir, snapshotsDir(d.opts.DataDir)); err != nil {
+		return err
 	}
 	if d.volumes, err = state.OpenTable[state.Volume](d.log, "volumes"); err != nil {
 		return err
@@ -266,6 +273,18 @@ func (d *Driver) checkSnapshotData(s state.Snapshot) string {
 		return fmt.Sprintf("data holds %d entries of %d bytes, the record %d of %d", m.Entries, m.Bytes, s.Manifest.Entries, s.Manifest.Bytes)
 	}
 	return ""
+}
+
+// sameFilesystem reports whether two paths are on the same filesystem.
+func sameFilesystem(a, b string) (bool, error) {
+	var sa, sb unix.Stat_t
+	if err := unix.Stat(a, &sa); err != nil {
+		return false, fmt.Errorf("stat %s: %w", a, err)
+	}
+	if err := unix.Stat(b, &sb); err != nil {
+		return false, fmt.Errorf("stat %s: %w", b, err)
+	}
+	return sa.Dev == sb.Dev, nil
 }
 
 // syncFS flushes the whole filesystem holding dir.

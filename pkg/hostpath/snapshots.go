@@ -5,7 +5,6 @@ import (
 	"errors"
 	"io/fs"
 	"os"
-	"sync"
 
 	"github.com/container-storage-interface/spec/lib/go/csi"
 	"google.golang.org/grpc/codes"
@@ -61,12 +60,14 @@ func (s *controllerServer) CreateSnapshot(ctx context.Context, req *csi.CreateSn
 // and records the snapshot. The caller holds the locks of both.
 //
 // The copy is built under a temporary name, its files flushed, and renamed
-// into place. Then one round of flushes makes it durable: the new
-// directories and the entry in snapshots/ are flushed while the record,
-// with the data's manifest, is appended to the record log. Should the
-// machine fail before both finished, Recover finds a record whose data is
-// missing or does not match its manifest and drops it, and removes data
-// without a record. The snapshot is reported only after the round.
+// into place. Then its record, with the data's manifest, is handed to the
+// device (Log.CommitNoFlush) and the new directories and the entry in
+// snapshots/ are flushed: those flushes flush the device's write cache and
+// so make the record durable too, which saves the record a flush of its
+// own. Should the machine fail before the flushes finished, Recover finds a
+// record whose data is missing or does not match its manifest and drops
+// it, and removes data without a record. The snapshot is reported only
+// after the flushes.
 func (d *Driver) takeSnapshot(snap state.Snapshot) error {
 	final := d.snapshotPath(snap.ID)
 	tmp := tempPath(final)
@@ -87,22 +88,32 @@ func (d *Driver) takeSnapshot(snap state.Snapshot) error {
 		return status.Errorf(codes.Internal, "copy volume data: %v", err)
 	}
 	snap.Manifest = &made.manifest
-	var flushErr error
-	var wg sync.WaitGroup
-	if d.opts.Sync {
-		wg.Go(func() { flushErr = flushTree(final, made) })
+	rec, err := d.snapshots.PutChange(snap.ID, snap)
+	if err == nil {
+		err = d.commitBeforeDataFlush(rec)
 	}
-	recErr := d.snapshots.Put(snap.ID, snap)
-	wg.Wait()
-	if recErr != nil {
+	if err != nil {
 		_ = removeData(final)
-		return status.Errorf(codes.Internal, "record snapshot: %v", recErr)
+		return status.Errorf(codes.Internal, "record snapshot: %v", err)
 	}
-	if flushErr != nil {
-		_ = d.deleteSnapshot(snap.ID)
-		return status.Errorf(codes.Internal, "flush snapshot: %v", flushErr)
+	if d.opts.Sync {
+		if err := flushTree(final, made); err != nil {
+			_ = d.deleteSnapshot(snap.ID)
+			return status.Errorf(codes.Internal, "flush snapshot: %v", err)
+		}
 	}
 	return nil
+}
+
+// commitBeforeDataFlush commits a change that the caller makes durable by
+// flushing data on the same filesystem right after: the change only needs
+// to reach the device. When the record log lives on another filesystem it
+// is committed durably instead.
+func (d *Driver) commitBeforeDataFlush(c state.Change) error {
+	if d.logSharesDevice {
+		return d.log.CommitNoFlush(c)
+	}
+	return d.log.Commit(c)
 }
 
 // DeleteSnapshot removes a snapshot; an unknown ID is success. A member of

@@ -30,6 +30,25 @@ const (
 	// than compactRatio times the size its live records need.
 	compactMinBytes = 1 << 20
 	compactRatio    = 4
+	// logPrealloc is how far the log file is extended with zeros, flushed,
+	// ahead of its frames: appending then overwrites allocated blocks, so
+	// making a frame durable needs no metadata write.
+	logPrealloc = 1 << 20
+)
+
+// How a batch reaches the disk.
+type durability int
+
+const (
+	// written: the write has finished; the frames survive a killed
+	// process.
+	written durability = iota
+	// writtenThrough: the frames have reached the device, not yet its
+	// volatile cache's backing store (sync_file_range). The next flush of
+	// the device's write cache makes them durable.
+	writtenThrough
+	// flushed: the frames are durable (fdatasync).
+	flushed
 )
 
 // Frame operations.
@@ -63,20 +82,22 @@ type Log struct {
 	mu   sync.Mutex
 	cond *sync.Cond
 	f    *os.File
-	// size is the end of the last complete frame in f.
-	size int64
+	// size is the end of the last complete frame in f; alloc is the end of
+	// the zeros f is extended with, durably, beyond it.
+	size  int64
+	alloc int64
 	// live holds the value of every record that exists, and liveBytes the
 	// size of the frames that a compacted log needs for them.
 	live      map[recordKey][]byte
 	liveBytes int64
-	// pending changes go to disk in batch started+1, flushed when
-	// pendingFlush is set. done is the last batch finished; flushing says
-	// a leader is writing batch started.
-	pending      []change
-	pendingFlush bool
-	started      uint64
-	done         uint64
-	flushing     bool
+	// pending changes go to disk in batch started+1, as durably as the
+	// most demanding of them asks (pendingMode). done is the last batch
+	// finished; flushing says a leader is writing batch started.
+	pending     []change
+	pendingMode durability
+	started     uint64
+	done        uint64
+	flushing    bool
 	// err is set for good when a write, flush or compaction fails:
 	// after a failed flush the file's state is unknown, so every later
 	// change fails too, from batch failedFrom on, until the log is opened
@@ -119,7 +140,12 @@ func OpenLog(dir string, flush bool) (*Log, error) {
 		return nil, fmt.Errorf("read record log %s: %w", path, err)
 	}
 	l.size = int64(len(logMagic)) + good
-	l.dropped = int64(len(data)) - l.size
+	l.alloc = int64(len(data))
+	if tail := data[l.size:]; len(bytes.Trim(tail, "\x00")) > 0 {
+		// Zeros are preallocated space; anything else is a torn or
+		// corrupt frame.
+		l.dropped = int64(len(tail))
+	}
 	if l.f, err = os.OpenFile(path, os.O_RDWR, 0); err != nil {
 		return nil, fmt.Errorf("open record log: %w", err)
 	}
@@ -184,17 +210,17 @@ func (l *Log) records(table string) map[string][]byte {
 }
 
 // commit appends changes to the log, in order, with one write, and returns
-// once they are written and, when flush is set and the log syncs, flushed.
-// Concurrent commits share writes and flushes. Callers must not commit
-// changes to the same record concurrently.
-func (l *Log) commit(flush bool, changes ...change) error {
+// once they are as durable as mode asks (when the log syncs; otherwise
+// once they are written). Concurrent commits share writes and flushes.
+// Callers must not commit changes to the same record concurrently.
+func (l *Log) commit(mode durability, changes ...change) error {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if l.err != nil {
 		return l.err
 	}
 	l.pending = append(l.pending, changes...)
-	l.pendingFlush = l.pendingFlush || flush
+	l.pendingMode = max(l.pendingMode, mode)
 	batch := l.started + 1
 	for l.done < batch {
 		if l.err != nil && batch >= l.failedFrom {
@@ -217,8 +243,8 @@ func (l *Log) commit(flush bool, changes ...change) error {
 // returns with mu held; the I/O happens without it. While flushing is set,
 // only the leader touches f and size.
 func (l *Log) lead() {
-	changes, flush := l.pending, l.pendingFlush
-	l.pending, l.pendingFlush = nil, false
+	changes, mode := l.pending, l.pendingMode
+	l.pending, l.pendingMode = nil, written
 	l.started++
 	batch := l.started
 	l.flushing = true
@@ -227,7 +253,7 @@ func (l *Log) lead() {
 		buf = appendFrame(buf, c)
 	}
 	l.mu.Unlock()
-	err := l.append(buf, flush)
+	err := l.append(buf, mode)
 	l.mu.Lock()
 	if err == nil {
 		for _, c := range changes {
@@ -236,9 +262,9 @@ func (l *Log) lead() {
 		if l.size > compactMinBytes && l.size > compactRatio*(l.liveBytes+int64(len(logMagic))) {
 			// A compaction that fails before the rename leaves the log
 			// as it was; it is tried again after the next batch.
-			image := l.image()
+			image, end := l.image()
 			l.mu.Unlock()
-			if installed, ierr := l.install(image); installed {
+			if installed, ierr := l.install(image, end); installed {
 				err = ierr
 			}
 			l.mu.Lock()
@@ -252,26 +278,59 @@ func (l *Log) lead() {
 	l.cond.Broadcast()
 }
 
-// append writes buf at the end of the log and flushes it when asked to. A
-// failed write is cut off again so that a later Open does not mistake it
-// for a torn tail followed by nothing.
-func (l *Log) append(buf []byte, flush bool) error {
+// append writes buf at the end of the log, as durably as mode asks. A
+// failed write is zeroed again so that a later Open does not mistake it
+// for frames.
+func (l *Log) append(buf []byte, mode durability) error {
+	if err := l.reserve(int64(len(buf))); err != nil {
+		return err
+	}
 	if _, err := l.f.WriteAt(buf, l.size); err != nil {
-		_ = l.f.Truncate(l.size)
+		_, _ = l.f.WriteAt(make([]byte, len(buf)), l.size)
 		return fmt.Errorf("append to record log: %w", err)
 	}
-	if l.sync && flush {
-		if err := unix.Fdatasync(int(l.f.Fd())); err != nil {
-			return fmt.Errorf("flush record log: %w", err)
+	if l.sync {
+		fd := int(l.f.Fd())
+		switch mode {
+		case flushed:
+			if err := unix.Fdatasync(fd); err != nil {
+				return fmt.Errorf("flush record log: %w", err)
+			}
+		case writtenThrough:
+			const flags = unix.SYNC_FILE_RANGE_WAIT_BEFORE | unix.SYNC_FILE_RANGE_WRITE | unix.SYNC_FILE_RANGE_WAIT_AFTER
+			if err := unix.SyncFileRange(fd, l.size, int64(len(buf)), flags); err != nil {
+				return fmt.Errorf("write record log through: %w", err)
+			}
 		}
 	}
 	l.size += int64(len(buf))
 	return nil
 }
 
+// reserve makes sure n bytes after the last frame are preallocated: it
+// extends the file with zeros and flushes them, size and all, before a frame
+// may be written there.
+func (l *Log) reserve(n int64) error {
+	if l.size+n <= l.alloc {
+		return nil
+	}
+	alloc := (l.size + n + logPrealloc) / logPrealloc * logPrealloc
+	if _, err := l.f.WriteAt(make([]byte, alloc-l.alloc), l.alloc); err != nil {
+		return fmt.Errorf("extend record log: %w", err)
+	}
+	if l.sync {
+		if err := unix.Fdatasync(int(l.f.Fd())); err != nil {
+			return fmt.Errorf("flush record log extension: %w", err)
+		}
+	}
+	l.alloc = alloc
+	return nil
+}
+
 // image returns the contents of a compacted log: the live records in key
-// order. The caller holds mu or owns l.
-func (l *Log) image() []byte {
+// order, then zeros up to the next multiple of logPrealloc past the end.
+// The caller holds mu or owns l.
+func (l *Log) image() ([]byte, int64) {
 	buf := []byte(logMagic)
 	keys := slices.SortedFunc(maps.Keys(l.live), func(a, b recordKey) int {
 		if c := strings.Compare(a.table, b.table); c != 0 {
@@ -282,7 +341,9 @@ func (l *Log) image() []byte {
 	for _, k := range keys {
 		buf = appendFrame(buf, change{key: k, value: l.live[k]})
 	}
-	return buf
+	end := int64(len(buf))
+	alloc := (end + logPrealloc) / logPrealloc * logPrealloc
+	return append(buf, make([]byte, alloc-end)...), end
 }
 
 // install replaces the log file with image: it writes a temporary file,
@@ -290,7 +351,7 @@ func (l *Log) image() []byte {
 // leaves the old log or the new one. installed says whether the new file
 // replaced the old one; an error after that means the replacement may not
 // be durable. The caller is the flushing leader, or Open.
-func (l *Log) install(image []byte) (installed bool, err error) {
+func (l *Log) install(image []byte, end int64) (installed bool, err error) {
 	path := filepath.Join(l.dir, logName)
 	temp, err := writeTemp(l.dir, logName, image, l.sync)
 	if err != nil {
@@ -311,7 +372,7 @@ func (l *Log) install(image []byte) (installed bool, err error) {
 	if l.f != nil {
 		_ = l.f.Close()
 	}
-	l.f, l.size = f, int64(len(image))
+	l.f, l.size, l.alloc = f, end, int64(len(image))
 	if l.sync {
 		return true, SyncDir(l.dir)
 	}

@@ -179,19 +179,24 @@ func (t *Table[T]) DeleteChange(id string) Change {
 // Commit durably writes changes, possibly of several tables, in order and
 // with one write: after a crash the log holds a prefix of them. Then it
 // applies them to their tables.
-func (l *Log) Commit(changes ...Change) error { return l.commitChanges(true, changes) }
+func (l *Log) Commit(changes ...Change) error { return l.commitChanges(flushed, changes) }
 
-// CommitNoFlush is Commit without the flush: the changes survive a killed
-// process but may be lost, after the changes committed before them, on
-// power failure. A later Commit flushes them too.
-func (l *Log) CommitNoFlush(changes ...Change) error { return l.commitChanges(false, changes) }
+// CommitNoFlush is Commit without the flush: it returns once the changes
+// have been handed to the storage device, so they survive a killed process,
+// but not once the device has made them durable. Any later flush of the
+// device's write cache does that; every fsync on the log's filesystem
+// issues one. Until then a power failure may lose them, and everything
+// committed after them. With sync off it is Commit.
+func (l *Log) CommitNoFlush(changes ...Change) error {
+	return l.commitChanges(writtenThrough, changes)
+}
 
-func (l *Log) commitChanges(flush bool, changes []Change) error {
+func (l *Log) commitChanges(mode durability, changes []Change) error {
 	raw := make([]change, len(changes))
 	for i, c := range changes {
 		raw[i] = c.change
 	}
-	if err := l.commit(flush, raw...); err != nil {
+	if err := l.commit(mode, raw...); err != nil {
 		return err
 	}
 	for _, c := range changes {
@@ -235,7 +240,7 @@ func importLegacy[T any](log *Log, table string) error {
 		changes = append(changes, change{key: recordKey{table: table, id: id}, value: value})
 	}
 	if len(changes) > 0 {
-		if err := log.commit(true, changes...); err != nil {
+		if err := log.commit(flushed, changes...); err != nil {
 			return err
 		}
 	}
