@@ -265,3 +265,29 @@ func TestRecoverDropsSnapshotNotMatchingManifest(t *testing.T) {
 		t.Fatal("a complete snapshot was dropped")
 	}
 }
+
+// TestSnapshotReplacesLeftovers: data left under the temporary and the
+// final name by an attempt whose cleanup failed must not stop a retry, nor
+// end up in the snapshot.
+func TestSnapshotReplacesLeftovers(t *testing.T) {
+	e := newTestEnv(t)
+	vol := e.createVolume(t, "leftover-src", 1<<20, mountCap())
+	writeTree(t, e.d.volumePath(vol.GetVolumeId()))
+	id := deriveID(snapshotPrefix, "leftover")
+	final := e.d.snapshotPath(id)
+	for _, p := range []string{tempPath(final), final} {
+		if err := os.MkdirAll(filepath.Join(p, "stale"), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	snap := e.createSnapshot(t, "leftover", vol.GetVolumeId())
+	if _, err := os.Lstat(filepath.Join(final, "stale")); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("stale data inside the snapshot: %v", err)
+	}
+	if !sameFile(t, filepath.Join(e.d.volumePath(vol.GetVolumeId()), "a", "b", "two"), filepath.Join(final, "a", "b", "two")) {
+		t.Fatal("snapshot data differs from the volume")
+	}
+	if got, _ := e.d.snapshots.Get(snap.GetSnapshotId()); got.Manifest == nil || got.Manifest.Entries != 9 {
+		t.Fatalf("manifest = %+v, want 9 entries (4 directories, 4 files, 1 symlink)", got.Manifest)
+	}
+}

@@ -398,14 +398,28 @@ func (d *Driver) installData(c copier, tmp, final string, made copied) error {
 }
 
 // rename moves data built at tmp to final, replacing whatever an earlier,
-// failed attempt left at final.
+// failed attempt left at final. It calls rename(2) directly: os.Rename
+// first looks at final, which costs a system call on every create.
 func rename(tmp, final string) error {
-	err := os.Rename(tmp, final)
+	err := renameat(tmp, final)
 	if errors.Is(err, unix.EEXIST) || errors.Is(err, unix.ENOTEMPTY) || errors.Is(err, unix.EISDIR) || errors.Is(err, unix.ENOTDIR) {
 		if err := os.RemoveAll(final); err != nil {
 			return err
 		}
-		err = os.Rename(tmp, final)
+		err = renameat(tmp, final)
 	}
 	return err
+}
+
+func renameat(from, to string) error {
+	for {
+		err := unix.Renameat(unix.AT_FDCWD, from, unix.AT_FDCWD, to)
+		if err == unix.EINTR {
+			continue
+		}
+		if err != nil {
+			return &os.LinkError{Op: "rename", Old: from, New: to, Err: err}
+		}
+		return nil
+	}
 }
