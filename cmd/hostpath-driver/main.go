@@ -62,9 +62,10 @@ func parseFlags(args []string) (hostpath.Options, error) {
 	mutable := fs.String("mutable-parameters", strings.Join(opts.MutableParameters, ","), "comma-separated parameter keys ControllerModifyVolume accepts")
 	fs.BoolVar(&opts.Sync, "fsync", opts.Sync, "flush data and state to disk before acknowledging; false keeps state atomic but not power-loss safe")
 	fs.BoolVar(&opts.BackgroundRestoreSync, "background-restore-sync", opts.BackgroundRestoreSync,
-		"with --fsync, let CreateVolume from a snapshot return once the copy is in the page cache and flush it in the background;\n"+
-			"the volume is recorded as pending until then: NodeStage/NodePublish wait for the flush, a killed driver flushes it again at start\n"+
-			"and after a power failure it is copied from its snapshot again, so torn data is never served. false flushes before returning")
+		"with --fsync, let CreateVolume from a snapshot return once the copy is complete (written to the device, or in the page cache where\n"+
+			"direct I/O is refused) and flush it in the background; the volume is recorded as pending until then: NodeStage/NodePublish wait\n"+
+			"for the flush, a killed driver flushes a finished copy again at start and otherwise, as after a power failure, copies it from its\n"+
+			"snapshot again, so torn data is never served. false flushes before returning")
 	fs.StringVar(&opts.Version, "version-string", opts.Version, "vendor version reported by GetPluginInfo")
 	klogFlags := flag.NewFlagSet("klog", flag.ContinueOnError)
 	klog.InitFlags(klogFlags)

@@ -44,11 +44,12 @@ type Options struct {
 	// reported done. Without it, state is still replaced atomically (safe
 	// against a process crash) but may be lost on power failure.
 	Sync bool
-	// BackgroundRestoreSync lets CreateVolume from a snapshot return before
-	// the restored data is flushed, when Sync is on. The volume stays
-	// marked pending until a background flush completes: NodeStage and
-	// NodePublish wait for it, and after a power failure the volume is
-	// copied from its snapshot again, so no torn data is ever served.
+	// BackgroundRestoreSync lets CreateVolume from a snapshot return once
+	// the copy is complete but before the restored data is flushed, when
+	// Sync is on. The volume stays marked pending until a background flush
+	// completes: NodeStage and NodePublish wait for it, and after a power
+	// failure the volume is copied from its snapshot again, so no torn data
+	// is ever served (restore.go).
 	BackgroundRestoreSync bool
 }
 
