@@ -108,10 +108,10 @@ type Log struct {
 
 // OpenLog opens the record log in dir, creating dir and the log if needed.
 // It reads every frame up to the first one that is incomplete or fails its
-// checksum, cuts the file there (only the tail can be torn: nothing is
-// written after a frame before that frame was flushed) and compacts the log
-// when it holds outdated frames. With sync false nothing is flushed: the log
-// survives a process crash but not a power failure.
+// checksum and drops the rest (see the package documentation for why
+// nothing acknowledged can follow such a frame), and compacts the log when
+// it holds outdated frames or a damaged tail. With flush false nothing is
+// flushed: the log survives a process crash but not a power failure.
 func OpenLog(dir string, flush bool) (*Log, error) {
 	if err := os.MkdirAll(dir, 0o750); err != nil {
 		return nil, fmt.Errorf("create state dir: %w", err)

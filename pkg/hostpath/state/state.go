@@ -6,13 +6,17 @@
 //   - All records of a driver live in one append-only file, the record log
 //     (<dir>/records.log, see log.go): a magic string, then frames of
 //     body length, CRC-32C of the body, and the body (put or delete, table,
-//     ID, JSON value). A change is acknowledged only once the write holding
-//     its frame, and with sync the fdatasync after it, have finished.
+//     ID, JSON value), then zeros: the file is extended with flushed zeros
+//     ahead of its frames, so a frame only overwrites allocated blocks.
 //     Concurrent changes share one write and one flush (group commit).
-//   - Nothing is written after a frame before that frame is flushed, so
-//     after a crash only the tail can be torn. Open keeps the frames up to
-//     the first one that is incomplete or fails its checksum and drops the
-//     rest; those were never acknowledged.
+//   - A change is durable, and with sync acknowledged, only after a flush
+//     of the device's write cache that started after its frame was written:
+//     the log's own fdatasync (Commit), or, for CommitNoFlush, one the
+//     caller issues by flushing other files on the same filesystem. A flush
+//     covers every frame written before it. So after a power failure the
+//     frames after the first missing or damaged one were never
+//     acknowledged: Open keeps the frames up to the first one that is
+//     incomplete or fails its checksum and drops the rest.
 //   - After a failed write or flush the log refuses every later change
 //     until it is opened again: the file's state is then unknown, and a
 //     flush that is retried may report success for data it lost.
