@@ -114,12 +114,18 @@ func flushTree(root string, c copied) error {
 	var parentErr error
 	var wg sync.WaitGroup
 	wg.Go(func() { parentErr = state.SyncDir(filepath.Dir(root)) })
+	err := flushDirs(root, c.dirs)
+	wg.Wait()
+	return errors.Join(err, parentErr)
+}
+
+// flushDirs flushes the directories dirs, relative to root.
+func flushDirs(root string, dirs []string) error {
 	var errs []error
-	for _, d := range c.dirs {
+	for _, d := range dirs {
 		errs = append(errs, fsyncPath(filepath.Join(root, d)))
 	}
-	wg.Wait()
-	return errors.Join(append(errs, parentErr)...)
+	return errors.Join(errs...)
 }
 
 // fsyncPath opens a file or directory and flushes it.

@@ -12,10 +12,11 @@
 //     pending-restore marker before the copy, the marker stays until its
 //     data is flushed, and Recover flushes or re-copies it (restore.go).
 //   - A snapshot's files are flushed before its data is renamed into place;
-//     then its record, which carries a manifest of the data, is handed to
-//     the device, and its directories are flushed, which flushes the
-//     device's write cache and so makes the record durable too. The
-//     snapshot is reported only after that. A power failure can therefore
+//     then its directories are flushed while its record, which carries a
+//     manifest of the data, is handed to the device and, after that,
+//     snapshots/ is flushed, which flushes the device's write cache and so
+//     makes the record durable too. The snapshot is reported only after
+//     that. A power failure can therefore
 //     leave a record whose directories did not reach the disk; at start the
 //     driver flushes the filesystem and drops every snapshot whose data does
 //     not match its manifest (Recover). Such a snapshot was never

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"io/fs"
 	"os"
+	"sync"
 
 	"github.com/container-storage-interface/spec/lib/go/csi"
 	"google.golang.org/grpc/codes"
@@ -60,14 +61,14 @@ func (s *controllerServer) CreateSnapshot(ctx context.Context, req *csi.CreateSn
 // and records the snapshot. The caller holds the locks of both.
 //
 // The copy is built under a temporary name, its files flushed, and renamed
-// into place. Then its record, with the data's manifest, is handed to the
-// device (Log.CommitNoFlush) and the new directories and the entry in
-// snapshots/ are flushed: those flushes flush the device's write cache and
-// so make the record durable too, which saves the record a flush of its
-// own. Should the machine fail before the flushes finished, Recover finds a
-// record whose data is missing or does not match its manifest and drops
-// it, and removes data without a record. The snapshot is reported only
-// after the flushes.
+// into place. Then its new directories are flushed while its record, with
+// the data's manifest, is handed to the device (Log.CommitNoFlush) and,
+// after that, snapshots/ is flushed: that flush of the device's write cache
+// starts after the record reached the device and so makes it durable too,
+// which saves the record a flush of its own. Should the machine fail before
+// the flushes finished, Recover finds a record whose data is missing or does
+// not match its manifest and drops it, and removes data without a record.
+// The snapshot is reported only after the flushes.
 func (d *Driver) takeSnapshot(snap state.Snapshot) error {
 	final := d.snapshotPath(snap.ID)
 	tmp := tempPath(final)
@@ -88,27 +89,35 @@ func (d *Driver) takeSnapshot(snap state.Snapshot) error {
 		return status.Errorf(codes.Internal, "copy volume data: %v", err)
 	}
 	snap.Manifest = &made.manifest
+	var dirsErr error
+	var wg sync.WaitGroup
+	if d.opts.Sync {
+		wg.Go(func() { dirsErr = flushDirs(final, made.dirs) })
+	}
 	rec, err := d.snapshots.PutChange(snap.ID, snap)
 	if err == nil {
 		err = d.commitBeforeDataFlush(rec)
 	}
 	if err != nil {
+		wg.Wait()
 		_ = removeData(final)
 		return status.Errorf(codes.Internal, "record snapshot: %v", err)
 	}
 	if d.opts.Sync {
-		if err := flushTree(final, made); err != nil {
-			_ = d.deleteSnapshot(snap.ID)
-			return status.Errorf(codes.Internal, "flush snapshot: %v", err)
-		}
+		err = state.SyncDir(snapshotsDir(d.opts.DataDir))
+	}
+	wg.Wait()
+	if err := errors.Join(err, dirsErr); err != nil {
+		_ = d.deleteSnapshot(snap.ID)
+		return status.Errorf(codes.Internal, "flush snapshot: %v", err)
 	}
 	return nil
 }
 
 // commitBeforeDataFlush commits a change that the caller makes durable by
-// flushing data on the same filesystem right after: the change only needs
-// to reach the device. When the record log lives on another filesystem it
-// is committed durably instead.
+// flushing a file or directory on the same filesystem after this returns:
+// the change only needs to reach the device. When the record log lives on
+// another filesystem it is committed durably instead.
 func (d *Driver) commitBeforeDataFlush(c state.Change) error {
 	if d.logSharesDevice {
 		return d.log.CommitNoFlush(c)
