@@ -55,11 +55,25 @@ type Options struct {
 	StatusGrace time.Duration
 }
 
+// Clients are the controller's API clients. Each has a client-side rate limiter of its own, so
+// that writes to one kind never wait behind a burst of writes to another: a snapshot costs about
+// as many writes to its content as to itself.
+type Clients struct {
+	// Kube reads and patches claims and records events.
+	Kube kubernetes.Interface
+	// Snapshots writes VolumeSnapshots and VolumeGroupSnapshots.
+	Snapshots clientset.Interface
+	// Contents writes VolumeSnapshotContents and VolumeGroupSnapshotContents; nil means Snapshots.
+	Contents clientset.Interface
+}
+
 // Controller reconciles VolumeSnapshots and VolumeSnapshotContents.
 type Controller struct {
 	opts     Options
 	kube     kubernetes.Interface
 	client   clientset.Interface
+	// contentClient writes content objects (see Clients.Contents).
+	contentClient clientset.Interface
 	recorder record.EventRecorder
 	clock    clock.PassiveClock
 
@@ -86,7 +100,7 @@ type Controller struct {
 }
 
 // New wires the reconcilers to informers from the two factories; start the factories, then Run.
-func New(kube kubernetes.Interface, client clientset.Interface, kubeInformers informers.SharedInformerFactory,
+func New(clients Clients, kubeInformers informers.SharedInformerFactory,
 	snapInformers snapinformers.SharedInformerFactory, recorder record.EventRecorder, opts Options) (*Controller, error) {
 	if opts.Workers <= 0 {
 		opts.Workers = 10
@@ -95,10 +109,14 @@ func New(kube kubernetes.Interface, client clientset.Interface, kubeInformers in
 		opts.StatusGrace = 10 * time.Second
 	}
 	c := &Controller{
-		opts: opts, kube: kube, client: client, recorder: recorder, clock: clock.RealClock{},
+		opts: opts, kube: clients.Kube, client: clients.Snapshots, contentClient: clients.Contents,
+		recorder: recorder, clock: clock.RealClock{},
 		snapshotWrites: controller.NewWrites[*snapshotv1.VolumeSnapshot](),
 		contentWrites:  controller.NewWrites[*snapshotv1.VolumeSnapshotContent](),
 		claimWrites:    controller.NewWrites[*corev1.PersistentVolumeClaim](),
+	}
+	if c.contentClient == nil {
+		c.contentClient = c.client
 	}
 	c.snapshotQueue = controller.NewQueue("volumesnapshot", opts.Retry, c.syncSnapshotKey)
 	c.contentQueue = controller.NewQueue("volumesnapshotcontent", opts.Retry, c.syncContentKey)

@@ -51,7 +51,12 @@ func Run(ctx context.Context, opts RunOptions) error {
 	if err != nil {
 		return err
 	}
+	// Two snapshot clients, so two rate limiters: one for the snapshot kinds, one for contents.
 	client, err := clientset.NewForConfig(cfg)
+	if err != nil {
+		return err
+	}
+	contentClient, err := clientset.NewForConfig(cfg)
 	if err != nil {
 		return err
 	}
@@ -65,7 +70,8 @@ func Run(ctx context.Context, opts RunOptions) error {
 	go func() { httpErr <- app.ServeHTTP(ctx, opts.HTTPEndpoint, reg, elector.Check()) }()
 
 	err = elector.Run(ctx, kube, func(ctx context.Context) {
-		if err := runController(ctx, kube, client, reg, opts.Controller); err != nil {
+		clients := Clients{Kube: kube, Snapshots: client, Contents: contentClient}
+		if err := runController(ctx, clients, reg, opts.Controller); err != nil {
 			logger.Error(err, "Controller stopped")
 		}
 	})
@@ -75,18 +81,18 @@ func Run(ctx context.Context, opts RunOptions) error {
 	return <-httpErr
 }
 
-func runController(ctx context.Context, kube kubernetes.Interface, client clientset.Interface,
-	reg prometheus.Registerer, opts Options) error {
+func runController(ctx context.Context, clients Clients, reg prometheus.Registerer, opts Options) error {
+	kube := clients.Kube
 	strip := informers.WithTransform(dropManagedFields)
 	kubeInformers := informers.NewSharedInformerFactoryWithOptions(kube, 0, strip)
-	snapInformers := snapinformers.NewSharedInformerFactoryWithOptions(client, 0, snapinformers.WithTransform(dropManagedFields))
+	snapInformers := snapinformers.NewSharedInformerFactoryWithOptions(clients.Snapshots, 0, snapinformers.WithTransform(dropManagedFields))
 
 	broadcaster := record.NewBroadcaster(record.WithContext(ctx))
 	broadcaster.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: kube.CoreV1().Events("")})
 	defer broadcaster.Shutdown()
 	recorder := broadcaster.NewRecorder(EventScheme(), corev1.EventSource{Component: Name})
 
-	c, err := New(kube, client, kubeInformers, snapInformers, recorder, opts)
+	c, err := New(clients, kubeInformers, snapInformers, recorder, opts)
 	if err != nil {
 		return err
 	}

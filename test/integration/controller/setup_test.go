@@ -172,7 +172,7 @@ func startController(t *testing.T, admin *rest.Config) {
 	broadcaster := record.NewBroadcaster()
 	broadcaster.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: kube.CoreV1().Events("")})
 	recorder := broadcaster.NewRecorder(snapshot.EventScheme(), corev1.EventSource{Component: "snapshot-controller"})
-	c, err := snapshot.New(kube, client, kubeInformers, snapInformers, recorder, snapshot.Options{
+	c, err := snapshot.New(snapshot.Clients{Kube: kube, Snapshots: client}, kubeInformers, snapInformers, recorder, snapshot.Options{
 		Workers: 4, Retry: controller.Options{RetryStart: 100 * time.Millisecond, RetryMax: 2 * time.Second},
 		PreventVolumeModeConversion: true, StatusGrace: 5 * time.Second,
 	})
