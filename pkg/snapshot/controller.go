@@ -69,13 +69,13 @@ type Clients struct {
 
 // Controller reconciles VolumeSnapshots and VolumeSnapshotContents.
 type Controller struct {
-	opts     Options
-	kube     kubernetes.Interface
-	client   clientset.Interface
+	opts   Options
+	kube   kubernetes.Interface
+	client clientset.Interface
 	// contentClient writes content objects (see Clients.Contents).
 	contentClient clientset.Interface
-	recorder record.EventRecorder
-	clock    clock.PassiveClock
+	recorder      record.EventRecorder
+	clock         clock.PassiveClock
 
 	snapshots       snapshotlisters.VolumeSnapshotLister
 	snapshotIndexer cache.Indexer
