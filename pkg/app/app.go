@@ -16,6 +16,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apiserver/pkg/server/healthz"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
@@ -54,6 +55,17 @@ func (o ClientOptions) Config(userAgent string) (*rest.Config, error) {
 	cfg.QPS, cfg.Burst = float32(o.QPS), o.Burst
 	cfg.UserAgent = userAgent
 	return cfg, nil
+}
+
+// Protobuf returns a copy of cfg that talks protobuf instead of JSON. The API server encodes
+// and decodes protobuf for a fraction of JSON's CPU, and the client's informer caches decode it
+// with less garbage. Only built-in kinds speak it: use it for the Kubernetes clientset, never
+// for the snapshot clientsets (custom resources are JSON only).
+func Protobuf(cfg *rest.Config) *rest.Config {
+	out := rest.CopyConfig(cfg)
+	out.ContentType = runtime.ContentTypeProtobuf
+	out.AcceptContentTypes = runtime.ContentTypeProtobuf + "," + runtime.ContentTypeJSON
+	return out
 }
 
 // LeaderElectionOptions configure leader election on a coordination.k8s.io Lease.

@@ -8,6 +8,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"k8s.io/client-go/rest"
 )
 
 func TestServeHTTP(t *testing.T) {
@@ -48,5 +50,16 @@ func TestServeHTTP(t *testing.T) {
 	cancel()
 	if err := <-done; err != nil {
 		t.Errorf("shutdown: %v", err)
+	}
+}
+
+func TestProtobufCopiesConfig(t *testing.T) {
+	cfg := &rest.Config{Host: "https://127.0.0.1:6443", QPS: 7}
+	pb := Protobuf(cfg)
+	if pb.ContentType != "application/vnd.kubernetes.protobuf" || pb.QPS != 7 || pb.Host != cfg.Host {
+		t.Errorf("protobuf config %+v", pb)
+	}
+	if cfg.ContentType != "" || cfg.AcceptContentTypes != "" {
+		t.Errorf("the original config changed: %+v", cfg)
 	}
 }

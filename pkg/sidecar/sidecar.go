@@ -89,7 +89,7 @@ func Run(ctx context.Context, opts Options) error {
 			return err
 		}
 	}
-	kube, err := kubernetes.NewForConfig(cfg)
+	kube, err := kubernetes.NewForConfig(app.Protobuf(cfg))
 	if err != nil {
 		return err
 	}

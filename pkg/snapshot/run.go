@@ -47,7 +47,7 @@ func Run(ctx context.Context, opts RunOptions) error {
 	if err != nil {
 		return err
 	}
-	kube, err := kubernetes.NewForConfig(cfg)
+	kube, err := kubernetes.NewForConfig(app.Protobuf(cfg))
 	if err != nil {
 		return err
 	}
