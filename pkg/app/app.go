@@ -17,7 +17,6 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"k8s.io/apimachinery/pkg/runtime"
-	"k8s.io/apiserver/pkg/server/healthz"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
@@ -99,8 +98,8 @@ func NewElector(opts LeaderElectionOptions, name string) *Elector {
 
 // Check is the health check, served at /healthz/leader-election, that fails when the leader
 // stopped renewing its Lease.
-func (e *Elector) Check() healthz.HealthChecker {
-	return healthz.NamedCheck("leader-election", e.watchdog.Check)
+func (e *Elector) Check() HealthCheck {
+	return HealthCheck{Name: "leader-election", Check: e.watchdog.Check}
 }
 
 // Run calls run while leading, or at once when leader election is off. It returns when ctx is
@@ -165,13 +164,13 @@ func Registry() *prometheus.Registry {
 
 // ServeHTTP serves /metrics from reg, /healthz and /healthz/<check> on addr until ctx is done.
 // An empty addr serves nothing.
-func ServeHTTP(ctx context.Context, addr string, reg prometheus.Gatherer, checks ...healthz.HealthChecker) error {
+func ServeHTTP(ctx context.Context, addr string, reg prometheus.Gatherer, checks ...HealthCheck) error {
 	if addr == "" {
 		return nil
 	}
 	mux := http.NewServeMux()
 	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
-	healthz.InstallHandler(mux, append([]healthz.HealthChecker{healthz.PingHealthz}, checks...)...)
+	InstallHealthChecks(mux, checks...)
 	srv := &http.Server{Addr: addr, Handler: mux, ReadHeaderTimeout: 10 * time.Second}
 	errCh := make(chan error, 1)
 	go func() { errCh <- srv.ListenAndServe() }()

@@ -2,9 +2,11 @@ package app
 
 import (
 	"context"
+	"errors"
 	"io"
 	"net"
 	"net/http"
+	"net/http/httptest"
 	"strings"
 	"testing"
 	"time"
@@ -61,5 +63,20 @@ func TestProtobufCopiesConfig(t *testing.T) {
 	}
 	if cfg.ContentType != "" || cfg.AcceptContentTypes != "" {
 		t.Errorf("the original config changed: %+v", cfg)
+	}
+}
+
+func TestHealthCheckFailure(t *testing.T) {
+	mux := http.NewServeMux()
+	InstallHealthChecks(mux, HealthCheck{Name: "broken", Check: func(*http.Request) error { return errors.New("no lease") }})
+	for path, want := range map[string]int{"/healthz": 500, "/healthz/broken": 500, "/healthz/ping": 200} {
+		rec := httptest.NewRecorder()
+		mux.ServeHTTP(rec, httptest.NewRequest(http.MethodGet, path, nil))
+		if rec.Code != want {
+			t.Errorf("%s: %d %q, want %d", path, rec.Code, rec.Body.String(), want)
+		}
+		if want == 500 && !strings.Contains(rec.Body.String(), "[-]broken failed: no lease") {
+			t.Errorf("%s: body %q", path, rec.Body.String())
+		}
 	}
 }
