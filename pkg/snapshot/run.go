@@ -6,10 +6,8 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
-	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
@@ -83,9 +81,7 @@ func Run(ctx context.Context, opts RunOptions) error {
 
 func runController(ctx context.Context, clients Clients, reg prometheus.Registerer, opts Options) error {
 	kube := clients.Kube
-	strip := informers.WithTransform(dropManagedFields)
-	kubeInformers := informers.NewSharedInformerFactoryWithOptions(kube, 0, strip)
-	snapInformers := snapinformers.NewSharedInformerFactoryWithOptions(clients.Snapshots, 0, snapinformers.WithTransform(dropManagedFields))
+	kubeInformers, snapInformers := InformerFactories(clients)
 
 	broadcaster := record.NewBroadcaster(record.WithContext(ctx))
 	broadcaster.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: kube.CoreV1().Events("")})
@@ -105,15 +101,6 @@ func runController(ctx context.Context, clients Clients, reg prometheus.Register
 	defer kubeInformers.Shutdown()
 	defer snapInformers.Shutdown()
 	return c.Run(ctx)
-}
-
-// dropManagedFields keeps managedFields out of the informer caches: the controller never reads
-// them, and on thousands of objects they are most of the memory.
-func dropManagedFields(obj any) (any, error) {
-	if accessor, ok := obj.(metav1.ObjectMetaAccessor); ok {
-		accessor.GetObjectMeta().SetManagedFields(nil)
-	}
-	return obj, nil
 }
 
 // EventScheme knows the core kinds and the snapshot kinds, for event object references.
