@@ -13,6 +13,7 @@ import (
 
 	"k8s.io/klog/v2"
 
+	"github.com/shutter-csi/shutter/pkg/app"
 	"github.com/shutter-csi/shutter/pkg/sidecar"
 )
 
@@ -32,6 +33,7 @@ func main() {
 		fmt.Println("csi-snapshotter", version)
 		return
 	}
+	app.TuneGC()
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
 	logger := klog.Background()

@@ -16,6 +16,7 @@ import (
 
 	"k8s.io/klog/v2"
 
+	"github.com/shutter-csi/shutter/pkg/app"
 	"github.com/shutter-csi/shutter/pkg/snapshot"
 	"github.com/shutter-csi/shutter/pkg/version"
 )
@@ -51,6 +52,7 @@ func main() {
 
 	opts.Controller.Groups = gates["CSIVolumeGroupSnapshot"]
 
+	app.TuneGC()
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	logger := klog.Background().WithName(snapshot.Name)

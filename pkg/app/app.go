@@ -11,6 +11,7 @@ import (
 	"fmt"
 	"net/http"
 	"os"
+	"runtime/debug"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -182,5 +183,18 @@ func ServeHTTP(ctx context.Context, addr string, reg prometheus.Gatherer, checks
 		shutdownCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 		defer cancel()
 		return srv.Shutdown(shutdownCtx)
+	}
+}
+
+// DefaultGCPercent is the garbage collector's target (GOGC) of Shutter's components when the
+// GOGC environment variable is not set. The live heap of a controller is small and the garbage
+// of a burst of snapshots large, so collecting at +50% instead of Go's +100% lowers peak memory
+// by about a tenth for a few percent more CPU (make bench-e2e).
+const DefaultGCPercent = 50
+
+// TuneGC applies DefaultGCPercent unless GOGC is set.
+func TuneGC() {
+	if _, set := os.LookupEnv("GOGC"); !set {
+		debug.SetGCPercent(DefaultGCPercent)
 	}
 }

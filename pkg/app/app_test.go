@@ -7,6 +7,8 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"os"
+	"runtime/debug"
 	"strings"
 	"testing"
 	"time"
@@ -78,5 +80,20 @@ func TestHealthCheckFailure(t *testing.T) {
 		if want == 500 && !strings.Contains(rec.Body.String(), "[-]broken failed: no lease") {
 			t.Errorf("%s: body %q", path, rec.Body.String())
 		}
+	}
+}
+
+func TestTuneGC(t *testing.T) {
+	defer debug.SetGCPercent(debug.SetGCPercent(100))
+	t.Setenv("GOGC", "")
+	os.Unsetenv("GOGC")
+	TuneGC()
+	if got := debug.SetGCPercent(100); got != DefaultGCPercent {
+		t.Errorf("GOGC unset: percent %d, want %d", got, DefaultGCPercent)
+	}
+	t.Setenv("GOGC", "100")
+	TuneGC()
+	if got := debug.SetGCPercent(100); got != 100 {
+		t.Errorf("GOGC=100 set: percent %d, want it left alone", got)
 	}
 }
