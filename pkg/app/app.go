@@ -36,7 +36,7 @@ type ClientOptions struct {
 // AddFlags registers --kubeconfig, --kube-api-qps and --kube-api-burst with the given defaults.
 func (o *ClientOptions) AddFlags(fs *flag.FlagSet, qps float64, burst int) {
 	fs.StringVar(&o.Kubeconfig, "kubeconfig", "", "Path to a kubeconfig; empty means in-cluster configuration.")
-	fs.Float64Var(&o.QPS, "kube-api-qps", qps, "Queries per second to the API server, for each of this component's API clients separately: the snapshot-controller has three (Kubernetes objects, snapshot kinds, content kinds), the csi-snapshotter two (Kubernetes objects, content kinds).")
+	fs.Float64Var(&o.QPS, "kube-api-qps", qps, "Queries per second to the API server, for each of this component's API clients separately: the snapshot-controller has five (claims, events, snapshot kinds, content kinds, the Lease), the csi-snapshotter two (Kubernetes objects, content kinds).")
 	fs.IntVar(&o.Burst, "kube-api-burst", burst, "Burst of queries to the API server above --kube-api-qps.")
 }
 

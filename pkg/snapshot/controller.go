@@ -59,8 +59,10 @@ type Options struct {
 // that writes to one kind never wait behind a burst of writes to another: a snapshot costs about
 // as many writes to its content as to itself.
 type Clients struct {
-	// Kube reads and patches claims and records events.
+	// Kube reads and patches claims.
 	Kube kubernetes.Interface
+	// Events records events; nil means Kube.
+	Events kubernetes.Interface
 	// Snapshots writes VolumeSnapshots and VolumeGroupSnapshots.
 	Snapshots clientset.Interface
 	// Contents writes VolumeSnapshotContents and VolumeGroupSnapshotContents; nil means Snapshots.

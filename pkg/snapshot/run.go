@@ -11,6 +11,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
+	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/record"
 	"k8s.io/klog/v2"
 
@@ -45,20 +46,16 @@ func Run(ctx context.Context, opts RunOptions) error {
 	if err != nil {
 		return err
 	}
-	kube, err := kubernetes.NewForConfig(app.Protobuf(cfg))
+	clients, err := newClients(cfg)
 	if err != nil {
 		return err
 	}
-	// Two snapshot clients, so two rate limiters: one for the snapshot kinds, one for contents.
-	client, err := clientset.NewForConfig(cfg)
+	// Lease renewals get a client of their own, so that no burst of writes can delay them.
+	election, err := kubernetes.NewForConfig(app.Protobuf(cfg))
 	if err != nil {
 		return err
 	}
-	contentClient, err := clientset.NewForConfig(cfg)
-	if err != nil {
-		return err
-	}
-	if err := waitForCRDs(ctx, kube, opts.RetryCRDIntervalMax); err != nil {
+	if err := waitForCRDs(ctx, clients.Kube, opts.RetryCRDIntervalMax); err != nil {
 		return err
 	}
 	reg := app.Registry()
@@ -67,8 +64,7 @@ func Run(ctx context.Context, opts RunOptions) error {
 	httpErr := make(chan error, 1)
 	go func() { httpErr <- app.ServeHTTP(ctx, opts.HTTPEndpoint, reg, elector.Check()) }()
 
-	err = elector.Run(ctx, kube, func(ctx context.Context) {
-		clients := Clients{Kube: kube, Snapshots: client, Contents: contentClient}
+	err = elector.Run(ctx, election, func(ctx context.Context) {
 		if err := runController(ctx, clients, reg, opts.Controller); err != nil {
 			logger.Error(err, "Controller stopped")
 		}
@@ -79,12 +75,34 @@ func Run(ctx context.Context, opts RunOptions) error {
 	return <-httpErr
 }
 
+// newClients builds the controller's clients from cfg, each with a rate limiter of its own (see
+// Clients). Built-in kinds are read and written in protobuf.
+func newClients(cfg *rest.Config) (Clients, error) {
+	var c Clients
+	var err error
+	if c.Kube, err = kubernetes.NewForConfig(app.Protobuf(cfg)); err != nil {
+		return c, err
+	}
+	if c.Events, err = kubernetes.NewForConfig(app.Protobuf(cfg)); err != nil {
+		return c, err
+	}
+	if c.Snapshots, err = clientset.NewForConfig(cfg); err != nil {
+		return c, err
+	}
+	c.Contents, err = clientset.NewForConfig(cfg)
+	return c, err
+}
+
 func runController(ctx context.Context, clients Clients, reg prometheus.Registerer, opts Options) error {
 	kube := clients.Kube
 	kubeInformers, snapInformers := InformerFactories(clients)
 
 	broadcaster := record.NewBroadcaster(record.WithContext(ctx))
-	broadcaster.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: kube.CoreV1().Events("")})
+	events := clients.Events
+	if events == nil {
+		events = kube
+	}
+	broadcaster.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: events.CoreV1().Events("")})
 	defer broadcaster.Shutdown()
 	recorder := broadcaster.NewRecorder(EventScheme(), corev1.EventSource{Component: Name})
 
