@@ -10,6 +10,7 @@ import (
 	"flag"
 	"fmt"
 	"net/http"
+	"net/http/pprof"
 	"os"
 	"runtime/debug"
 	"time"
@@ -163,15 +164,37 @@ func Registry() *prometheus.Registry {
 	return reg
 }
 
-// ServeHTTP serves /metrics from reg, /healthz and /healthz/<check> on addr until ctx is done.
-// An empty addr serves nothing.
-func ServeHTTP(ctx context.Context, addr string, reg prometheus.Gatherer, checks ...HealthCheck) error {
+// HTTPOptions configure the HTTP endpoint of a component.
+type HTTPOptions struct {
+	// Endpoint is the address served; empty serves nothing.
+	Endpoint string
+	// Profiling also serves Go's profiles at /debug/pprof/.
+	Profiling bool
+}
+
+// AddFlags registers --http-endpoint (with the given help text) and --profiling.
+func (o *HTTPOptions) AddFlags(fs *flag.FlagSet, endpointHelp string) {
+	fs.StringVar(&o.Endpoint, "http-endpoint", "", endpointHelp)
+	fs.BoolVar(&o.Profiling, "profiling", false, "Also serve Go's CPU, heap and goroutine profiles at /debug/pprof/ on --http-endpoint.")
+}
+
+// ServeHTTP serves /metrics from reg, /healthz and /healthz/<check> (and the profiles when
+// asked) until ctx is done.
+func ServeHTTP(ctx context.Context, opts HTTPOptions, reg prometheus.Gatherer, checks ...HealthCheck) error {
+	addr := opts.Endpoint
 	if addr == "" {
 		return nil
 	}
 	mux := http.NewServeMux()
 	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
 	InstallHealthChecks(mux, checks...)
+	if opts.Profiling {
+		mux.HandleFunc("/debug/pprof/", pprof.Index)
+		mux.HandleFunc("/debug/pprof/cmdline", pprof.Cmdline)
+		mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
+		mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
+		mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
+	}
 	srv := &http.Server{Addr: addr, Handler: mux, ReadHeaderTimeout: 10 * time.Second}
 	errCh := make(chan error, 1)
 	go func() { errCh <- srv.ListenAndServe() }()

@@ -26,7 +26,9 @@ func TestServeHTTP(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	elector := NewElector(LeaderElectionOptions{RenewDeadline: time.Second}, "test")
-	go func() { done <- ServeHTTP(ctx, addr, Registry(), elector.Check()) }()
+	go func() {
+		done <- ServeHTTP(ctx, HTTPOptions{Endpoint: addr, Profiling: true}, Registry(), elector.Check())
+	}()
 
 	get := func(path string) (int, string) {
 		var resp *http.Response
@@ -46,7 +48,7 @@ func TestServeHTTP(t *testing.T) {
 	if code, body := get("/metrics"); code != 200 || !strings.Contains(body, "go_goroutines") {
 		t.Errorf("/metrics: %d %.80s", code, body)
 	}
-	for _, path := range []string{"/healthz", "/healthz/leader-election"} {
+	for _, path := range []string{"/healthz", "/healthz/leader-election", "/debug/pprof/heap"} {
 		if code, _ := get(path); code != 200 {
 			t.Errorf("%s: %d", path, code)
 		}

@@ -29,8 +29,8 @@ import (
 type RunOptions struct {
 	Client         app.ClientOptions
 	LeaderElection app.LeaderElectionOptions
-	// HTTPEndpoint serves /metrics and /healthz; empty serves nothing.
-	HTTPEndpoint string
+	// HTTP serves /metrics and /healthz.
+	HTTP app.HTTPOptions
 	// RetryCRDIntervalMax caps the backoff while waiting for the snapshot CRDs at start.
 	RetryCRDIntervalMax time.Duration
 	Controller          Options
@@ -62,7 +62,7 @@ func Run(ctx context.Context, opts RunOptions) error {
 	metrics.RegisterWorkqueue(reg)
 	elector := app.NewElector(opts.LeaderElection, Name+"-leader")
 	httpErr := make(chan error, 1)
-	go func() { httpErr <- app.ServeHTTP(ctx, opts.HTTPEndpoint, reg, elector.Check()) }()
+	go func() { httpErr <- app.ServeHTTP(ctx, opts.HTTP, reg, elector.Check()) }()
 
 	err = elector.Run(ctx, election, func(ctx context.Context) {
 		if err := runController(ctx, clients, reg, opts.Controller); err != nil {

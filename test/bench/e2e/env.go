@@ -141,7 +141,8 @@ func (b *bench) startStack(ctx context.Context, bin string) error {
 // the QPS flags when asked for.
 func (b *bench) controllerArgs() []string {
 	args := []string{"--retry-interval-start=1s", "--retry-interval-max=5m"}
-	return append(args, b.qpsArgs()...)
+	args = append(args, b.qpsArgs()...)
+	return append(args, b.opts.controllerFlags...)
 }
 
 // sidecarArgs are the chart's and the binary's defaults (test/stack speeds the sidecar up for
