@@ -77,9 +77,11 @@ func (s *Stack) DataDir() string { return filepath.Join(s.opts.Dir, "data") }
 func Start(ctx context.Context, opts Options) (s *Stack, err error) {
 	opts = withDefaults(opts)
 	s = &Stack{opts: opts}
+	started := s
 	defer func() {
 		if err != nil {
-			s.Stop()
+			// Stop what was started; s itself is nil on this path.
+			started.Stop()
 		}
 	}()
 	if err := os.MkdirAll(s.DataDir(), 0o700); err != nil {
