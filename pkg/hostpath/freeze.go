@@ -302,7 +302,8 @@ func (p cgroupPlanner) plan(users []process) []target {
 // dir is the directory of cgroup path in the hierarchy, if the hierarchy
 // is usable and the cgroup may be frozen.
 func (h hierarchy) dir(path string) (string, bool) {
-	if h.mount == nil || path == "" || path == "/" || strings.HasPrefix(path, "/..") {
+	// A cgroup outside the driver's cgroup namespace shows as "/../x".
+	if h.mount == nil || path == "/" || !filepath.IsAbs(path) || filepath.Clean(path) != path || strings.Contains(path, "/..") {
 		return "", false
 	}
 	for _, q := range h.protect {
