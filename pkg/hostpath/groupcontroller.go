@@ -69,7 +69,7 @@ func (s *groupControllerServer) CreateVolumeGroupSnapshot(ctx context.Context, r
 		return nil, err
 	}
 	klog.FromContext(ctx).V(2).Info("Created group snapshot", "groupSnapshotID", gid, "volumes", sources,
-		"quiescedProcesses", quiesced.Processes, "frozenFor", quiesced.Frozen)
+		"quiescedProcesses", quiesced.Processes, "stoppingTook", quiesced.Stopping, "frozenFor", quiesced.Frozen)
 	return &csi.CreateVolumeGroupSnapshotResponse{GroupSnapshot: s.d.csiGroup(g)}, nil
 }
 

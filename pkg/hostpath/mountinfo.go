@@ -111,6 +111,17 @@ func mountsOf(mounts []mountEntry, loc fsLocation) bool {
 	return false
 }
 
+// reaches reports whether a mount in mounts shows loc's filesystem at
+// loc or above it, so that loc's files can be reached through it by path.
+func reaches(mounts []mountEntry, loc fsLocation) bool {
+	for _, m := range mounts {
+		if m.Dev == loc.Dev && pathWithin(loc.Path, m.Root) {
+			return true
+		}
+	}
+	return false
+}
+
 // pathWithin reports whether path is dir or lies below it; both are clean
 // absolute paths.
 func pathWithin(path, dir string) bool {

@@ -55,8 +55,25 @@ type scanContext struct {
 	excludedNS map[string]bool
 	excluded   map[int]bool
 	// nsUses caches the verdict on each mount namespace's mounts.
-	nsUses map[string]bool
+	nsUses map[string]nsVerdict
+	// inside caches which directories lie inside a member.
+	inside map[devIno]bool
 }
+
+// nsVerdict is how a mount namespace's mounts relate to the members.
+type nsVerdict uint8
+
+const (
+	// nsApart: no mount shows a member or anything above one.
+	nsApart nsVerdict = iota
+	// nsReaches: a mount shows a folder above a member (a host folder
+	// mounted into a privileged pod): its processes' files are checked.
+	nsReaches
+	// nsMounts: a mount shows a member or something inside one.
+	nsMounts
+)
+
+type devIno struct{ dev, ino uint64 }
 
 // users lists the processes that use any of paths.
 func (s procScan) users(paths []string) ([]process, error) {
@@ -100,7 +117,8 @@ func (s procScan) context(paths []string) (*scanContext, error) {
 	if err != nil {
 		return nil, fmt.Errorf("read own mounts: %w", err)
 	}
-	c := &scanContext{devs: map[uint64]bool{}, excludedNS: map[string]bool{}, excluded: map[int]bool{1: true}, nsUses: map[string]bool{}}
+	c := &scanContext{devs: map[uint64]bool{}, excludedNS: map[string]bool{}, excluded: map[int]bool{1: true},
+		nsUses: map[string]nsVerdict{}, inside: map[devIno]bool{}}
 	for _, p := range paths {
 		m, err := locateMember(mounts, p)
 		if err != nil {
@@ -171,26 +189,31 @@ func (s procScan) uses(c *scanContext, pid int) bool {
 	if err != nil || c.excludedNS[ns] {
 		return false
 	}
-	used, known := c.nsUses[ns]
+	v, known := c.nsUses[ns]
 	if !known {
 		mounts, err := readMountInfo(filepath.Join(dir, "mountinfo"))
 		if err != nil {
 			return false
 		}
-		used = false
 		for _, m := range c.members {
-			used = used || mountsOf(mounts, m.loc)
+			switch {
+			case mountsOf(mounts, m.loc):
+				v = nsMounts
+			case v == nsApart && reaches(mounts, m.loc):
+				v = nsReaches
+			}
 		}
-		c.nsUses[ns] = used
+		c.nsUses[ns] = v
 	}
-	return used || s.files && s.usesByFiles(c, dir)
+	return v == nsMounts || v == nsReaches && s.files && s.usesByFiles(c, dir)
 }
 
 // usesByFiles reports whether the process's working directory, root or an
 // open file lies inside a member. Only files on a member's device are
 // looked at: statx with AT_STATX_DONT_SYNC never waits for a network
 // filesystem, and a directory is then climbed with ".." until the device
-// changes.
+// changes. An open file whose mount has gone from the namespace (lazily
+// unmounted) or that came over a socket is not found.
 func (s procScan) usesByFiles(c *scanContext, dir string) bool {
 	links := []string{filepath.Join(dir, "cwd"), filepath.Join(dir, "root")}
 	fds, _ := os.ReadDir(filepath.Join(dir, "fd"))
@@ -238,30 +261,44 @@ func (c *scanContext) isMember(dev, ino uint64) bool {
 
 // insideMember climbs from directory path through ".." and reports whether
 // it meets a member's top directory before leaving the members' devices.
+// Every directory it passes gets the same answer, so it is cached.
 func (c *scanContext) insideMember(path string) bool {
 	fd, err := unix.Open(path, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
 	if err != nil {
 		return false
 	}
 	defer func() { _ = unix.Close(fd) }()
-	var lastDev, lastIno uint64
+	var passed []devIno
+	verdict := false
 	for range 256 {
 		var st unix.Stat_t
-		if unix.Fstat(fd, &st) != nil || !c.devs[st.Dev] || st.Dev == lastDev && st.Ino == lastIno {
-			return false
+		if unix.Fstat(fd, &st) != nil || !c.devs[st.Dev] {
+			break
 		}
+		d := devIno{st.Dev, st.Ino}
+		if known, ok := c.inside[d]; ok {
+			verdict = known
+			break
+		}
+		if len(passed) > 0 && passed[len(passed)-1] == d {
+			break // the root: ".." is itself
+		}
+		passed = append(passed, d)
 		if c.isMember(st.Dev, st.Ino) {
-			return true
+			verdict = true
+			break
 		}
-		lastDev, lastIno = st.Dev, st.Ino
 		up, err := unix.Openat(fd, "..", unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
 		if err != nil {
-			return false
+			break
 		}
 		_ = unix.Close(fd)
 		fd = up
 	}
-	return false
+	for _, d := range passed {
+		c.inside[d] = verdict
+	}
+	return verdict
 }
 
 // describe reads what quiescing needs to know about process pid.

@@ -109,11 +109,18 @@ func TestScanFindsUsers(t *testing.T) {
 	p.add(400, fakeProcess{ns: "above", ppid: 1, mounts: []string{mount("8:1", data, "/all")}})
 	p.add(500, fakeProcess{ns: "otherdev", ppid: 1, mounts: []string{mount("8:2", realA, "/data")}})
 	p.add(600, fakeProcess{ns: "sibling", ppid: 1, mounts: []string{mount("8:1", realOut, "/data")}})
-	p.add(700, fakeProcess{ns: "cwd", ppid: 1, cwd: filepath.Join(realA, "sub")})
-	p.add(800, fakeProcess{ns: "fd", ppid: 1, fds: []string{"/dev/null", filepath.Join(realA, "sub", "file")}})
-	p.add(801, fakeProcess{ns: "fdblock", ppid: 1, fds: []string{realB}})
-	p.add(900, fakeProcess{ns: "fdout", ppid: 1, fds: []string{filepath.Join(realOut, "file")}, cwd: realOut})
-	p.add(901, fakeProcess{ppid: 1, mounts: []string{mount("8:1", realA, "/data")}})
+	// Processes whose namespace mounts a folder above the volumes (a
+	// privileged pod with the node's root) are users only if they have a
+	// file inside one.
+	reach := []string{mount("0:90", "/", "/"), mount("8:1", data, "/host")}
+	p.add(700, fakeProcess{ns: "cwd", ppid: 1, mounts: reach, cwd: filepath.Join(realA, "sub")})
+	p.add(701, fakeProcess{ns: "cwd", ppid: 1, mounts: reach, cwd: realA})
+	p.add(702, fakeProcess{ns: "unreachable", ppid: 1, mounts: []string{mount("0:90", "/", "/")}, cwd: realA})
+	p.add(800, fakeProcess{ns: "fd", ppid: 1, mounts: reach, fds: []string{"/dev/null", filepath.Join(realA, "sub", "file")}})
+	p.add(801, fakeProcess{ns: "fdblock", ppid: 1, mounts: reach, fds: []string{realB}})
+	p.add(900, fakeProcess{ns: "fdout", ppid: 1, mounts: reach, fds: []string{filepath.Join(realOut, "file")}, cwd: realOut})
+	p.add(901, fakeProcess{ns: "fdout", ppid: 1, mounts: reach, cwd: filepath.Join(realA, "sub")})
+	p.add(902, fakeProcess{ppid: 1, mounts: []string{mount("8:1", realA, "/data")}})
 
 	for _, tc := range []struct {
 		name  string
@@ -121,7 +128,7 @@ func TestScanFindsUsers(t *testing.T) {
 		want  []int
 	}{
 		{name: "mounts", want: []int{200, 201, 300, 301}},
-		{name: "mounts and files", files: true, want: []int{200, 201, 300, 301, 700, 800, 801}},
+		{name: "mounts and files", files: true, want: []int{200, 201, 300, 301, 700, 701, 800, 801, 901}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			users, err := procScan{proc: p.dir, files: tc.files}.users([]string{volA, volB})

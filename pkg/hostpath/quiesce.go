@@ -83,7 +83,10 @@ func quiesceJournal(dataDir string) string { return filepath.Join(dataDir, "stat
 type quiesceResult struct {
 	Processes int
 	Targets   int
-	Frozen    time.Duration
+	// Stopping is the time from the first scan until every process was
+	// stopped; Frozen the time from the first stop to the resume.
+	Stopping time.Duration
+	Frozen   time.Duration
 }
 
 // run runs jobs concurrently while every process that uses paths is
@@ -100,9 +103,11 @@ func (q *quiescer) run(ctx context.Context, paths []string, jobs []func() error)
 	}
 	s := q.newSession(ctx)
 	defer func() { res.Frozen = s.end("the group snapshot failed") }()
+	begin := time.Now()
 	if res.Processes, err = s.stopUsers(ctx, paths); err != nil {
 		return res, nil, err
 	}
+	res.Stopping = time.Since(begin)
 	res.Targets = len(s.keys)
 	errs, p := runJobs(jobs, func() { s.end("a copy panicked") })
 	res.Frozen = s.end("")
