@@ -121,6 +121,10 @@ func New(ctx context.Context, opts Options) (*Driver, error) {
 		return nil, err
 	}
 	d.quiesce = newQuiescer(opts)
+	if opts.GroupSnapshotQuiesce && os.Geteuid() != 0 {
+		klog.FromContext(ctx).Info("Group snapshots are not quiesced: finding and stopping the processes that use volumes needs root")
+		d.quiesce.enabled = false
+	}
 	if err := d.quiesce.recover(ctx); err != nil {
 		return nil, fmt.Errorf("recover state: %w", err)
 	}

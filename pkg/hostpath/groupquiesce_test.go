@@ -67,11 +67,15 @@ func TestGroupSnapshotWhileWriting(t *testing.T) {
 		// cgroup is the hierarchy the writer gets a cgroup of its own in,
 		// "" to leave it in the test's.
 		cgroup string
+		// forking makes the writer a shell loop that forks two processes
+		// per number: children appear between a scan and the stop.
+		forking bool
 		// want is the kind of target that must have stopped it.
 		want  string
 		snaps int
 	}{
 		{name: "signal", want: "process", snaps: 30},
+		{name: "forking writer", forking: true, want: "process", snaps: 10},
 		{name: "cgroup2", cgroup: "/sys/fs/cgroup/unified", want: "cgroup2", snaps: 15},
 		{name: "cgroup1 freezer", cgroup: "/sys/fs/cgroup/freezer", want: "cgroup1", snaps: 15},
 	} {
@@ -80,12 +84,12 @@ func TestGroupSnapshotWhileWriting(t *testing.T) {
 			if tc.cgroup != "" {
 				cgroup = newTestCgroup(t, tc.cgroup)
 			}
-			testGroupSnapshotWhileWriting(t, cgroup, tc.want, tc.snaps)
+			testGroupSnapshotWhileWriting(t, cgroup, tc.forking, tc.want, tc.snaps)
 		})
 	}
 }
 
-func testGroupSnapshotWhileWriting(t *testing.T, cgroup, want string, snaps int) {
+func testGroupSnapshotWhileWriting(t *testing.T, cgroup string, forking bool, want string, snaps int) {
 	e := newTestEnv(t, func(o *Options) { o.GroupSnapshotQuiesce = !*quiesceOff })
 	kinds := recordTargets(e.d.quiesce)
 	a := e.createVolume(t, "a", 256<<20, mountCap()).GetVolumeId()
@@ -98,7 +102,7 @@ func testGroupSnapshotWhileWriting(t *testing.T, cgroup, want string, snaps int)
 		t.Fatal(err)
 	}
 	e.writeAt(t, b, 0, []byte(fmt.Sprintf("%020d\n", 0)))
-	writer := startWriter(t, e, cgroup, e.d.volumePath(a), e.d.volumePath(b))
+	writer := startWriter(t, e, cgroup, forking, e.d.volumePath(a), e.d.volumePath(b))
 	readA := func() uint64 { return readCounter(t, filepath.Join(e.d.volumePath(a), "counter")) }
 	waitFor(t, "the writer to start", func() bool { return readA() > 0 })
 
@@ -170,10 +174,11 @@ func recordTargets(q *quiescer) func() map[string]int {
 	}
 }
 
-// startWriter runs TestCounterWriterProcess in a new mount namespace with
-// volume a bind mounted on a directory and volume b (a block volume) on a
-// file, in cgroup if it is not "". It is killed when the test ends.
-func startWriter(t *testing.T, e *testEnv, cgroup, volA, volB string) *exec.Cmd {
+// startWriter runs TestCounterWriterProcess (or with forking, a shell loop
+// doing the same with dd) in a new mount namespace with volume a bind
+// mounted on a directory and volume b (a block volume) on a file, in cgroup
+// if it is not "". It is killed when the test ends.
+func startWriter(t *testing.T, e *testEnv, cgroup string, forking bool, volA, volB string) *exec.Cmd {
 	t.Helper()
 	mntA, mntB := filepath.Join(e.dir, "mnt", "a"), filepath.Join(e.dir, "mnt", "b")
 	if err := os.MkdirAll(mntA, 0o755); err != nil {
@@ -190,8 +195,18 @@ func startWriter(t *testing.T, e *testEnv, cgroup, volA, volB string) *exec.Cmd 
 [ -z "$6" ] || echo $$ > "$6/cgroup.procs"
 mount --bind "$1" "$3"
 mount --bind "$2" "$4"
-exec "$5" -test.run='^TestCounterWriterProcess$'`
-	cmd := exec.Command("unshare", "--mount", "--propagation", "private", "sh", "-c", script, "sh", volA, volB, mntA, mntB, exe, cgroup)
+[ -n "$7" ] || exec "$5" -test.run='^TestCounterWriterProcess$'
+n=0
+while :; do
+	n=$((n+1))
+	printf '%020d\n' $n | dd of="$3/counter" conv=notrunc status=none
+	printf '%020d\n' $n | dd of="$4" conv=notrunc status=none
+done`
+	fork := ""
+	if forking {
+		fork = "fork"
+	}
+	cmd := exec.Command("unshare", "--mount", "--propagation", "private", "sh", "-c", script, "sh", volA, volB, mntA, mntB, exe, cgroup, fork)
 	cmd.Env = append(os.Environ(), writerEnv+"="+filepath.Join(mntA, "counter")+":"+mntB)
 	cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
 	if err := cmd.Start(); err != nil {

@@ -184,6 +184,9 @@ func (q *quiescer) newSession(ctx context.Context) *quiesceSession {
 // paths.
 func (s *quiesceSession) stopUsers(ctx context.Context, paths []string) (int, error) {
 	for range maxQuiesceRounds {
+		if err := ctx.Err(); err != nil {
+			return 0, status.FromContextError(err).Err()
+		}
 		targets, n, err := s.q.find(paths)
 		if err != nil {
 			return 0, status.Errorf(codes.Internal, "find the volumes' writers: %v", err)
@@ -195,7 +198,7 @@ func (s *quiesceSession) stopUsers(ctx context.Context, paths []string) (int, er
 		if fresh == 0 {
 			return n, nil
 		}
-		if err := s.waitStopped(); err != nil {
+		if err := s.waitStopped(ctx); err != nil {
 			return 0, err
 		}
 	}
@@ -208,7 +211,7 @@ func (s *quiesceSession) hold(ctx context.Context, targets []target) (int, error
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.ended {
-		return 0, status.Errorf(codes.Unavailable, "stopping the volumes' writers took longer than %v (%s)", s.q.timeout, s.reason)
+		return 0, s.cutShort(ctx, s.reason)
 	}
 	fresh := 0
 	for _, t := range targets {
@@ -243,7 +246,7 @@ func (s *quiesceSession) watch(ctx context.Context) {
 
 // waitStopped polls until every held target has stopped or the session
 // ended.
-func (s *quiesceSession) waitStopped() error {
+func (s *quiesceSession) waitStopped(ctx context.Context) error {
 	s.mu.Lock()
 	keys := slices.Clone(s.keys)
 	s.mu.Unlock()
@@ -263,10 +266,19 @@ func (s *quiesceSession) waitStopped() error {
 		ended, reason := s.ended, s.reason
 		s.mu.Unlock()
 		if ended {
-			return status.Errorf(codes.Unavailable, "the volumes' writers did not stop within %v (%s)", s.q.timeout, reason)
+			return s.cutShort(ctx, reason)
 		}
 		time.Sleep(delay)
 	}
+}
+
+// cutShort is the error for a session that ended while it was still
+// stopping processes.
+func (s *quiesceSession) cutShort(ctx context.Context, reason string) error {
+	if err := ctx.Err(); err != nil {
+		return status.FromContextError(err).Err()
+	}
+	return status.Errorf(codes.Unavailable, "stopping the volumes' writers was cut short: %s (limit %v)", reason, s.q.timeout)
 }
 
 // end resumes what the session holds, once, and returns for how long it

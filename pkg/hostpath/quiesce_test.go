@@ -154,13 +154,19 @@ func TestQuiesceAlwaysResumes(t *testing.T) {
 	for _, tc := range []struct {
 		name string
 		// job is the copy; it gets a cancel func for its request.
-		job      func(w *fakeWorld, cancel func()) error
-		stopErr  bool
-		timeout  time.Duration
-		rounds   [][]string
-		wantCode codes.Code
-		wantJob  bool // the job's own error is returned
-		panics   bool
+		job     func(w *fakeWorld, cancel func()) error
+		stopErr bool
+		// neverStops leaves a target running: a task stuck in the kernel.
+		neverStops bool
+		// cancelled cancels the request before run.
+		cancelled bool
+		timeout   time.Duration
+		rounds    [][]string
+		wantCode  codes.Code
+		wantJob   bool // the job's own error is returned
+		panics    bool
+		// noCopy: the copy must not start.
+		noCopy bool
 	}{
 		{name: "copy fails", job: func(*fakeWorld, func()) error { return errors.New("disk full") }, wantJob: true},
 		{name: "copy panics", job: func(*fakeWorld, func()) error { panic("boom") }, panics: true},
@@ -171,8 +177,10 @@ func TestQuiesceAlwaysResumes(t *testing.T) {
 		{name: "timeout", timeout: 50 * time.Millisecond, job: func(w *fakeWorld, _ func()) error {
 			return waitResumed(w)
 		}, wantCode: codes.Unavailable},
-		{name: "a stop fails", stopErr: true, wantCode: codes.Internal},
-		{name: "processes keep appearing", wantCode: codes.Unavailable, rounds: func() [][]string {
+		{name: "a stop fails", stopErr: true, wantCode: codes.Internal, noCopy: true},
+		{name: "a writer never stops", neverStops: true, timeout: 50 * time.Millisecond, wantCode: codes.Unavailable, noCopy: true},
+		{name: "request cancelled before", cancelled: true, wantCode: codes.Canceled, noCopy: true},
+		{name: "processes keep appearing", wantCode: codes.Unavailable, noCopy: true, rounds: func() [][]string {
 			var r [][]string
 			for i := range maxQuiesceRounds + 1 {
 				r = append(r, []string{"a", fmt.Sprintf("child%d", i)})
@@ -187,6 +195,12 @@ func TestQuiesceAlwaysResumes(t *testing.T) {
 			w := newFakeWorld()
 			if tc.stopErr {
 				w.stopErr["b"] = errors.New("EACCES")
+			}
+			if tc.neverStops {
+				w.slow["b"] = 1 << 30
+			}
+			if tc.cancelled {
+				cancel()
 			}
 			rounds := tc.rounds
 			if rounds == nil {
@@ -219,8 +233,8 @@ func TestQuiesceAlwaysResumes(t *testing.T) {
 			if tc.wantCode != codes.OK {
 				wantCode(t, err, tc.wantCode)
 			}
-			if want := tc.wantCode != codes.Internal && !strings.Contains(tc.name, "appearing"); ran != want {
-				t.Fatalf("copy ran = %v, want %v", ran, want)
+			if ran == tc.noCopy {
+				t.Fatalf("copy ran = %v, want %v", ran, !tc.noCopy)
 			}
 		})
 	}
