@@ -102,7 +102,10 @@ func testGroupSnapshotWhileWriting(t *testing.T, cgroup string, forking bool, wa
 		t.Fatal(err)
 	}
 	e.writeAt(t, b, 0, []byte(fmt.Sprintf("%020d\n", 0)))
-	writer := startWriter(t, e, cgroup, forking, e.d.volumePath(a), e.d.volumePath(b))
+	// Published as for a pod: the targets are mounts in the driver's (and
+	// here the host's) namespace, which must not count as users.
+	pubA, pubB := publish(t, e, a, mountCap()), publish(t, e, b, blockCap())
+	writer := startWriter(t, e, cgroup, forking, pubA, pubB)
 	readA := func() uint64 { return readCounter(t, filepath.Join(e.d.volumePath(a), "counter")) }
 	waitFor(t, "the writer to start", func() bool { return readA() > 0 })
 
@@ -148,6 +151,24 @@ func testGroupSnapshotWhileWriting(t *testing.T, cgroup string, forking bool, wa
 	}
 }
 
+// publish publishes vol at a target under e.dir and unpublishes it when
+// the test ends.
+func publish(t *testing.T, e *testEnv, vol string, c *csi.VolumeCapability) string {
+	t.Helper()
+	target := filepath.Join(e.dir, "publish", vol)
+	if _, err := e.node.NodePublishVolume(context.Background(), &csi.NodePublishVolumeRequest{
+		VolumeId: vol, TargetPath: target, VolumeCapability: c,
+	}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if _, err := e.node.NodeUnpublishVolume(context.Background(), &csi.NodeUnpublishVolumeRequest{VolumeId: vol, TargetPath: target}); err != nil {
+			t.Error(err)
+		}
+	})
+	return target
+}
+
 // recordTargets wraps q's scan and returns a function that reports in how
 // many scans each kind of target was found.
 func recordTargets(q *quiescer) func() map[string]int {
@@ -175,9 +196,10 @@ func recordTargets(q *quiescer) func() map[string]int {
 }
 
 // startWriter runs TestCounterWriterProcess (or with forking, a shell loop
-// doing the same with dd) in a new mount namespace with volume a bind
-// mounted on a directory and volume b (a block volume) on a file, in cgroup
-// if it is not "". It is killed when the test ends.
+// doing the same with dd) in a new mount namespace with the published
+// volume a bind mounted on a directory and the block volume b on a file, as
+// a container runtime does, in cgroup if it is not "". It is killed when
+// the test ends.
 func startWriter(t *testing.T, e *testEnv, cgroup string, forking bool, volA, volB string) *exec.Cmd {
 	t.Helper()
 	mntA, mntB := filepath.Join(e.dir, "mnt", "a"), filepath.Join(e.dir, "mnt", "b")
