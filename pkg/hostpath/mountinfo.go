@@ -101,10 +101,24 @@ func locate(mounts []mountEntry, path string) (fsLocation, error) {
 // reaching anything outside loc. That is what a bind mount of a published
 // volume looks like in a workload's mount namespace. Mounts of a directory
 // above loc are not counted: every namespace that sees the whole
-// filesystem has those.
-func mountsOf(mounts []mountEntry, loc fsLocation) bool {
+// filesystem has those. Nor are mounts at one of the published mount
+// points, or at a path ending in one: those are copies of the driver's
+// staging and publish mounts that mount propagation put into the
+// namespace of a node agent that mounts the kubelet's folder (at the same
+// path, or below a folder such as /host).
+func mountsOf(mounts []mountEntry, loc fsLocation, published []string) bool {
 	for _, m := range mounts {
-		if m.Dev == loc.Dev && pathWithin(strings.TrimSuffix(m.Root, "//deleted"), loc.Path) {
+		if m.Dev == loc.Dev && pathWithin(strings.TrimSuffix(m.Root, "//deleted"), loc.Path) && !mirrors(m.MountPoint, published) {
+			return true
+		}
+	}
+	return false
+}
+
+// mirrors reports whether mount point p is one of published or ends in one.
+func mirrors(p string, published []string) bool {
+	for _, q := range published {
+		if p == q || strings.HasSuffix(p, q) && q != "/" {
 			return true
 		}
 	}

@@ -64,22 +64,26 @@ func TestLocate(t *testing.T) {
 
 func TestMountsOf(t *testing.T) {
 	vol := fsLocation{Dev: "253:0", Path: "/data/volumes/vol-a"}
+	published := []string{"/var/lib/kubelet/pods/p/volumes/kubernetes.io~csi/pv/mount"}
 	for _, tc := range []struct {
 		name  string
 		mount mountEntry
 		want  bool
 	}{
-		{name: "the volume", mount: mountEntry{Dev: "253:0", Root: "/data/volumes/vol-a"}, want: true},
-		{name: "a folder inside", mount: mountEntry{Dev: "253:0", Root: "/data/volumes/vol-a/sub/dir"}, want: true},
-		{name: "the volume, deleted", mount: mountEntry{Dev: "253:0", Root: "/data/volumes/vol-a//deleted"}, want: true},
-		{name: "a folder above", mount: mountEntry{Dev: "253:0", Root: "/data/volumes"}},
-		{name: "the whole filesystem", mount: mountEntry{Dev: "253:0", Root: "/"}},
-		{name: "a sibling sharing the prefix", mount: mountEntry{Dev: "253:0", Root: "/data/volumes/vol-ab"}},
-		{name: "the same path on another device", mount: mountEntry{Dev: "253:1", Root: "/data/volumes/vol-a"}},
+		{name: "the volume", mount: mountEntry{Dev: "253:0", Root: "/data/volumes/vol-a", MountPoint: "/data"}, want: true},
+		{name: "a folder inside", mount: mountEntry{Dev: "253:0", Root: "/data/volumes/vol-a/sub/dir", MountPoint: "/data"}, want: true},
+		{name: "the volume, deleted", mount: mountEntry{Dev: "253:0", Root: "/data/volumes/vol-a//deleted", MountPoint: "/data"}, want: true},
+		{name: "a folder above", mount: mountEntry{Dev: "253:0", Root: "/data/volumes", MountPoint: "/data"}},
+		{name: "the whole filesystem", mount: mountEntry{Dev: "253:0", Root: "/", MountPoint: "/host"}},
+		{name: "a sibling sharing the prefix", mount: mountEntry{Dev: "253:0", Root: "/data/volumes/vol-ab", MountPoint: "/data"}},
+		{name: "the same path on another device", mount: mountEntry{Dev: "253:1", Root: "/data/volumes/vol-a", MountPoint: "/data"}},
+		{name: "a propagated copy of the publish mount", mount: mountEntry{Dev: "253:0", Root: "/data/volumes/vol-a", MountPoint: published[0]}},
+		{name: "a propagated copy below /host", mount: mountEntry{Dev: "253:0", Root: "/data/volumes/vol-a", MountPoint: "/host" + published[0]}},
+		{name: "a mount point that only ends like one", mount: mountEntry{Dev: "253:0", Root: "/data/volumes/vol-a", MountPoint: published[0][:len(published[0])-5] + "xmount"}, want: true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			mounts := []mountEntry{{Dev: "0:80", Root: "/", MountPoint: "/"}, tc.mount}
-			if got := mountsOf(mounts, vol); got != tc.want {
+			if got := mountsOf(mounts, vol, published); got != tc.want {
 				t.Fatalf("mountsOf = %v, want %v", got, tc.want)
 			}
 		})

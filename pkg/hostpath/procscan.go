@@ -7,6 +7,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -46,6 +47,9 @@ type member struct {
 	loc      fsLocation
 	dev, ino uint64
 	dir      bool
+	// published are the mount points of the member in the driver's and
+	// the host's namespaces: staging and publish targets.
+	published []string
 }
 
 // scanContext is what one scan excludes and looks for.
@@ -137,12 +141,27 @@ func (s procScan) context(paths []string) (*scanContext, error) {
 	if err != nil {
 		return nil, fmt.Errorf("read own mount namespace: %w", err)
 	}
-	host, err := s.hostNS()
+	host, hostPID, err := s.hostNS()
 	if err != nil {
 		return nil, err
 	}
 	c.excludedNS[own], c.excludedNS[host] = true, true
+	hostMounts, _ := readMountInfo(filepath.Join(s.proc, strconv.Itoa(hostPID), "mountinfo"))
+	for i := range c.members {
+		c.members[i].published = publishedAt(slices.Concat(mounts, hostMounts), c.members[i].loc)
+	}
 	return c, nil
+}
+
+// publishedAt lists where mounts show loc or something inside it.
+func publishedAt(mounts []mountEntry, loc fsLocation) []string {
+	var out []string
+	for _, m := range mounts {
+		if mountsOf([]mountEntry{m}, loc, nil) && m.MountPoint != "/" {
+			out = append(out, m.MountPoint)
+		}
+	}
+	return out
 }
 
 // locateMember resolves a volume's data path to what the scan matches.
@@ -162,20 +181,20 @@ func locateMember(mounts []mountEntry, path string) (member, error) {
 	return member{loc: loc, dev: st.Dev, ino: st.Ino, dir: st.Mode&unix.S_IFMT == unix.S_IFDIR}, nil
 }
 
-// hostNS is the host's mount namespace: PID 1's, or where PID 1 cannot be
-// inspected, that of the kernel threads (kthreadd, PID 2), which is the
-// initial namespace too.
-func (s procScan) hostNS() (string, error) {
+// hostNS is the host's mount namespace and a process in it: PID 1, or
+// where PID 1 cannot be inspected, the kernel threads' parent (kthreadd,
+// PID 2), whose namespace is the initial one too.
+func (s procScan) hostNS() (string, int, error) {
 	if ns, err := os.Readlink(filepath.Join(s.proc, "1", "ns", "mnt")); err == nil {
-		return ns, nil
+		return ns, 1, nil
 	}
 	st, err := s.stat(2)
 	if err == nil && st.ppid == 0 && st.flags&pfKthread != 0 {
 		if ns, err := os.Readlink(filepath.Join(s.proc, "2", "ns", "mnt")); err == nil {
-			return ns, nil
+			return ns, 2, nil
 		}
 	}
-	return "", errors.New("cannot tell the host's mount namespace: neither PID 1 nor kthreadd can be inspected")
+	return "", 0, errors.New("cannot tell the host's mount namespace: neither PID 1 nor kthreadd can be inspected")
 }
 
 // pfKthread is the PF_KTHREAD bit of the flags in /proc/<pid>/stat.
@@ -197,7 +216,7 @@ func (s procScan) uses(c *scanContext, pid int) bool {
 		}
 		for _, m := range c.members {
 			switch {
-			case mountsOf(mounts, m.loc):
+			case mountsOf(mounts, m.loc, m.published):
 				v = nsMounts
 			case v == nsApart && reaches(mounts, m.loc):
 				v = nsReaches

@@ -98,7 +98,7 @@ func TestScanFindsUsers(t *testing.T) {
 	p := newFakeProc(t, 100)
 	p.add(1, fakeProcess{ns: "host", mounts: []string{root, mount("8:1", realA, "/kubelet/pods/x")}})
 	p.add(50, fakeProcess{ns: "wrapper", ppid: 1, mounts: []string{root, mount("8:1", realA, "/a")}})
-	p.add(100, fakeProcess{ns: "driver", ppid: 50, mounts: []string{root}})
+	p.add(100, fakeProcess{ns: "driver", ppid: 50, mounts: []string{root, mount("8:1", realA, "/staging/a")}})
 	p.add(101, fakeProcess{ns: "driver", ppid: 1, mounts: []string{root, mount("8:1", realA, "/staging")}})
 	p.add(102, fakeProcess{ns: "host", ppid: 1, cwd: realA})
 	p.add(200, fakeProcess{ns: "pod", ppid: 1, mounts: []string{mount("0:90", "/", "/"), mount("8:1", realA, "/data")}})
@@ -106,6 +106,10 @@ func TestScanFindsUsers(t *testing.T) {
 	p.add(201, fakeProcess{ns: "pod", ppid: 200})
 	p.add(300, fakeProcess{ns: "sub", ppid: 1, mounts: []string{mount("8:1", filepath.Join(realA, "sub"), "/data")}})
 	p.add(301, fakeProcess{ns: "block", ppid: 1, mounts: []string{mount("8:1", realB, "/dev/xvda")}})
+	// Node agents that mount the kubelet's folder get copies of the
+	// publish and staging mounts by propagation.
+	p.add(350, fakeProcess{ns: "agent", ppid: 1, mounts: []string{mount("0:91", "/", "/"), mount("8:1", realA, "/kubelet/pods/x")}})
+	p.add(351, fakeProcess{ns: "agent2", ppid: 1, mounts: []string{mount("0:92", "/", "/"), mount("8:1", realA, "/host/staging/a")}})
 	p.add(400, fakeProcess{ns: "above", ppid: 1, mounts: []string{mount("8:1", data, "/all")}})
 	p.add(500, fakeProcess{ns: "otherdev", ppid: 1, mounts: []string{mount("8:2", realA, "/data")}})
 	p.add(600, fakeProcess{ns: "sibling", ppid: 1, mounts: []string{mount("8:1", realOut, "/data")}})
