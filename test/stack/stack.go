@@ -51,6 +51,8 @@ type Options struct {
 	// ControllerArgs and SnapshotterArgs are extra flags for the snapshot-controllers and the
 	// sidecar. They come after the stack's own, so they override them (e.g. --kube-api-qps).
 	ControllerArgs, SnapshotterArgs []string
+	// ControllerEnv holds extra NAME=value environment pairs for the snapshot-controllers.
+	ControllerEnv []string
 }
 
 // Stack is the three components running as processes.
@@ -123,6 +125,7 @@ func Start(ctx context.Context, opts Options) (s *Stack, err error) {
 			"--kubeconfig=" + controllerKC, "--http-endpoint=" + endpoint(ports[1+i]),
 			"--retry-interval-start=200ms", "--retry-interval-max=5s",
 		}, append(s.leaderElectionArgs(), opts.ControllerArgs...)...)...))
+		s.Controllers[i].Env = opts.ControllerEnv
 	}
 	for i, p := range append([]*Process{s.Snapshotter}, s.Controllers...) {
 		if err := p.Start(); err != nil {

@@ -128,7 +128,7 @@ func (b *bench) startStack(ctx context.Context, bin string) error {
 		Admin: b.cluster.Config, Chart: b.chart, Verbosity: b.opts.verbosity,
 		// The chart's leader election timing, so that Lease renewals are as in a cluster.
 		LeaseDuration: 15 * time.Second, RenewDeadline: 10 * time.Second, RetryPeriod: 5 * time.Second,
-		ControllerArgs: b.controllerArgs(), SnapshotterArgs: b.sidecarArgs()})
+		ControllerArgs: b.controllerArgs(), SnapshotterArgs: b.sidecarArgs(), ControllerEnv: b.opts.controllerEnv})
 	if err != nil {
 		return err
 	}

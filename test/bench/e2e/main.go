@@ -34,6 +34,8 @@ type options struct {
 	concurrent int
 	// controllerFlags are appended to the controller's arguments.
 	controllerFlags []string
+	// controllerEnv is added to the controller's environment.
+	controllerEnv []string
 }
 
 // results is the JSON file.
@@ -66,6 +68,10 @@ func main() {
 	flag.IntVar(&o.concurrent, "concurrency", 100, "parallel create and delete calls of the benchmark's client")
 	flag.Func("controller-flag", "an extra snapshot-controller flag, e.g. -controller-flag=--profiling (repeatable)", func(v string) error {
 		o.controllerFlags = append(o.controllerFlags, v)
+		return nil
+	})
+	flag.Func("controller-env", "an extra NAME=value environment pair for the snapshot-controller, e.g. GOGC=25 (repeatable)", func(v string) error {
+		o.controllerEnv = append(o.controllerEnv, v)
 		return nil
 	})
 	flag.Parse()
