@@ -33,7 +33,7 @@ func main() {
 		fmt.Println("csi-snapshotter", version)
 		return
 	}
-	app.TuneGC()
+	app.TuneRuntime(opts.HTTP.Profiling)
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
 	logger := klog.Background()

@@ -52,7 +52,7 @@ func main() {
 
 	opts.Controller.Groups = gates["CSIVolumeGroupSnapshot"]
 
-	app.TuneGC()
+	app.TuneRuntime(opts.HTTP.Profiling)
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	logger := klog.Background().WithName(snapshot.Name)

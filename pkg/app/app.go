@@ -12,13 +12,14 @@ import (
 	"net/http"
 	"net/http/pprof"
 	"os"
+	"runtime"
 	"runtime/debug"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
-	"k8s.io/apimachinery/pkg/runtime"
+	apiruntime "k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
@@ -64,8 +65,8 @@ func (o ClientOptions) Config(userAgent string) (*rest.Config, error) {
 // for the snapshot clientsets (custom resources are JSON only).
 func Protobuf(cfg *rest.Config) *rest.Config {
 	out := rest.CopyConfig(cfg)
-	out.ContentType = runtime.ContentTypeProtobuf
-	out.AcceptContentTypes = runtime.ContentTypeProtobuf + "," + runtime.ContentTypeJSON
+	out.ContentType = apiruntime.ContentTypeProtobuf
+	out.AcceptContentTypes = apiruntime.ContentTypeProtobuf + "," + apiruntime.ContentTypeJSON
 	return out
 }
 
@@ -215,9 +216,14 @@ func ServeHTTP(ctx context.Context, opts HTTPOptions, reg prometheus.Gatherer, c
 // by about a tenth for a few percent more CPU (make bench-e2e).
 const DefaultGCPercent = 50
 
-// TuneGC applies DefaultGCPercent unless GOGC is set.
-func TuneGC() {
+// TuneRuntime applies DefaultGCPercent unless GOGC is set, and turns the heap profile's
+// sampling off unless profiling is served: its hash table of call stacks would otherwise grow
+// by a page of memory per sample for a profile nobody can fetch.
+func TuneRuntime(profiling bool) {
 	if _, set := os.LookupEnv("GOGC"); !set {
 		debug.SetGCPercent(DefaultGCPercent)
+	}
+	if !profiling {
+		runtime.MemProfileRate = 0
 	}
 }

@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"os"
+	"runtime"
 	"runtime/debug"
 	"strings"
 	"testing"
@@ -85,16 +86,24 @@ func TestHealthCheckFailure(t *testing.T) {
 	}
 }
 
-func TestTuneGC(t *testing.T) {
+func TestTuneRuntime(t *testing.T) {
 	defer debug.SetGCPercent(debug.SetGCPercent(100))
+	defer func(rate int) { runtime.MemProfileRate = rate }(runtime.MemProfileRate)
 	t.Setenv("GOGC", "")
 	os.Unsetenv("GOGC")
-	TuneGC()
+	TuneRuntime(true)
+	if runtime.MemProfileRate == 0 {
+		t.Error("heap profile sampling off although profiling is served")
+	}
+	TuneRuntime(false)
+	if runtime.MemProfileRate != 0 {
+		t.Error("heap profile sampling on without profiling")
+	}
 	if got := debug.SetGCPercent(100); got != DefaultGCPercent {
 		t.Errorf("GOGC unset: percent %d, want %d", got, DefaultGCPercent)
 	}
 	t.Setenv("GOGC", "100")
-	TuneGC()
+	TuneRuntime(false)
 	if got := debug.SetGCPercent(100); got != 100 {
 		t.Errorf("GOGC=100 set: percent %d, want it left alone", got)
 	}
