@@ -71,9 +71,6 @@ func TestWrites(t *testing.T) {
 	if got := w.Latest(listed); got != own {
 		t.Error("a newer own write must win over a stale lister copy")
 	}
-	if !w.Caused(obj("a", "1", "7")) || w.Caused(obj("a", "1", "8")) {
-		t.Error("Caused must match exactly the recorded resourceVersion")
-	}
 	if got, ok := w.Get(Key{Name: "a"}); !ok || got != own {
 		t.Error("Get must return the recorded write")
 	}
@@ -87,6 +84,51 @@ func TestWrites(t *testing.T) {
 	w.Record(obj("b", "1", "7"))
 	if got := w.Latest(obj("b", "2", "3")); got.UID != "u2" {
 		t.Error("a recreated object (new uid) must not be shadowed by the old one's write")
+	}
+}
+
+func TestWritesObserve(t *testing.T) {
+	w := NewWrites[*metav1.ObjectMeta]().WithTrim(func(o *metav1.ObjectMeta) *metav1.ObjectMeta {
+		o.ManagedFields = nil
+		return o
+	})
+	own := obj("a", "1", "7")
+	own.ManagedFields = []metav1.ManagedFieldsEntry{{Manager: "m"}}
+	w.Record(own)
+	if got, _ := w.Get(Key{Name: "a"}); got.ManagedFields != nil {
+		t.Error("a recorded write was not trimmed")
+	}
+	if w.Observe(obj("a", "1", "6")) {
+		t.Error("an older event is not the own write")
+	}
+	if _, ok := w.Get(Key{Name: "a"}); !ok {
+		t.Error("the own write was dropped before the informer caught up with it")
+	}
+	if w.Observe(obj("a", "2", "7")) {
+		t.Error("an object with another uid is not the own write")
+	}
+	if !w.Observe(obj("a", "1", "7")) {
+		t.Error("the event of the own write must be recognised")
+	}
+	if _, ok := w.Get(Key{Name: "a"}); ok {
+		t.Error("the own write must be dropped once the informer delivered it")
+	}
+	w.Record(obj("b", "1", "7"))
+	if w.Observe(obj("b", "1", "8")) {
+		t.Error("a newer write by someone else is not the own write")
+	}
+	if _, ok := w.Get(Key{Name: "b"}); ok {
+		t.Error("the own write must be dropped once the informer is past it")
+	}
+	now := metav1.Now()
+	released := obj("c", "1", "5")
+	released.DeletionTimestamp = &now
+	w.Record(released)
+	listed := obj("c", "1", "5")
+	listed.DeletionTimestamp, listed.Finalizers = &now, []string{"f"}
+	w.Observe(listed)
+	if _, ok := w.Get(Key{Name: "c"}); !ok {
+		t.Error("the release of the last finalizer must be kept until the deletion arrives")
 	}
 }
 

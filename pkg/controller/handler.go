@@ -17,6 +17,9 @@ func Handler[T metav1.Object](written *Writes[T], add func(T)) cache.ResourceEve
 	return cache.ResourceEventHandlerFuncs{
 		AddFunc: func(obj any) {
 			if o, ok := obj.(T); ok {
+				if written != nil {
+					written.Observe(o)
+				}
 				add(o)
 			}
 		},
@@ -26,7 +29,7 @@ func Handler[T metav1.Object](written *Writes[T], add func(T)) cache.ResourceEve
 			if !ok1 || !ok2 || o.GetResourceVersion() == n.GetResourceVersion() {
 				return
 			}
-			if written != nil && written.Caused(n) {
+			if written != nil && written.Observe(n) {
 				return
 			}
 			add(n)

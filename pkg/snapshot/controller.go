@@ -113,9 +113,9 @@ func New(clients Clients, kubeInformers informers.SharedInformerFactory,
 	c := &Controller{
 		opts: opts, kube: clients.Kube, client: clients.Snapshots, contentClient: clients.Contents,
 		recorder: recorder, clock: clock.RealClock{},
-		snapshotWrites: controller.NewWrites[*snapshotv1.VolumeSnapshot](),
-		contentWrites:  controller.NewWrites[*snapshotv1.VolumeSnapshotContent](),
-		claimWrites:    controller.NewWrites[*corev1.PersistentVolumeClaim](),
+		snapshotWrites: controller.NewWrites[*snapshotv1.VolumeSnapshot]().WithTrim(controller.Trimmed[*snapshotv1.VolumeSnapshot](trimForCache)),
+		contentWrites:  controller.NewWrites[*snapshotv1.VolumeSnapshotContent]().WithTrim(controller.Trimmed[*snapshotv1.VolumeSnapshotContent](trimForCache)),
+		claimWrites:    controller.NewWrites[*corev1.PersistentVolumeClaim]().WithTrim(controller.Trimmed[*corev1.PersistentVolumeClaim](trimForCache)),
 	}
 	if c.contentClient == nil {
 		c.contentClient = c.client

@@ -6,6 +6,7 @@ import (
 	"k8s.io/client-go/informers"
 
 	snapinformers "github.com/shutter-csi/shutter/client/informers/externalversions"
+	"github.com/shutter-csi/shutter/pkg/controller"
 )
 
 // The informer caches keep only what the reconcilers read. Claims and volumes are cached for
@@ -15,9 +16,6 @@ import (
 //
 // A cached claim is still the base of the controller's merge patches: a patch holds only the
 // fields a transition changes (finalizers), so the fields dropped here never appear in one.
-
-// lastApplied is the annotation in which kubectl apply keeps a copy of the whole object.
-const lastApplied = "kubectl.kubernetes.io/last-applied-configuration"
 
 // InformerFactories returns the informer factories the controller needs, with the cache
 // transforms applied.
@@ -33,18 +31,8 @@ func trimForCache(obj any) (any, error) {
 		return trimClaim(o), nil
 	case *corev1.PersistentVolume:
 		return trimVolume(o), nil
-	case metav1.ObjectMetaAccessor:
-		trimMeta(o.GetObjectMeta())
 	}
-	return obj, nil
-}
-
-func trimMeta(m metav1.Object) {
-	m.SetManagedFields(nil)
-	if a := m.GetAnnotations(); a[lastApplied] != "" {
-		delete(a, lastApplied)
-		m.SetAnnotations(a)
-	}
+	return controller.TrimMeta(obj)
 }
 
 // trimClaim keeps identity, labels (group selectors), finalizers, the bound volume, the volume

@@ -15,7 +15,7 @@ func TestTrimForCache(t *testing.T) {
 	meta := metav1.ObjectMeta{
 		Name: "data", Namespace: "ns", UID: "u1", ResourceVersion: "7",
 		Labels:        map[string]string{"app": "db"},
-		Annotations:   map[string]string{lastApplied: "{...}", "pv.kubernetes.io/bind-completed": "yes"},
+		Annotations:   map[string]string{"kubectl.kubernetes.io/last-applied-configuration": "{...}", "pv.kubernetes.io/bind-completed": "yes"},
 		Finalizers:    []string{"kubernetes.io/pvc-protection"},
 		ManagedFields: []metav1.ManagedFieldsEntry{{Manager: "kubectl"}},
 	}
@@ -51,7 +51,7 @@ func TestTrimForCache(t *testing.T) {
 	vs := &snapshotv1.VolumeSnapshot{ObjectMeta: *meta.DeepCopy()}
 	got, _ = trimForCache(vs)
 	snap := got.(*snapshotv1.VolumeSnapshot)
-	if snap.ManagedFields != nil || snap.Annotations[lastApplied] != "" || snap.Annotations["pv.kubernetes.io/bind-completed"] != "yes" {
+	if snap.ManagedFields != nil || snap.Annotations["kubectl.kubernetes.io/last-applied-configuration"] != "" || snap.Annotations["pv.kubernetes.io/bind-completed"] != "yes" {
 		t.Errorf("snapshot metadata %+v", snap.ObjectMeta)
 	}
 }
