@@ -3,6 +3,7 @@ package controller
 import (
 	"context"
 	"errors"
+	"slices"
 	"testing"
 	"time"
 
@@ -171,5 +172,17 @@ func TestHandlerDropsNoOps(t *testing.T) {
 		if added[i] != want[i] {
 			t.Fatalf("added %v, want %v", added, want)
 		}
+	}
+}
+
+func TestHandlerInitialList(t *testing.T) {
+	var added, initial []string
+	h := HandlerWithInitialList(nil,
+		func(o *metav1.ObjectMeta) { added = append(added, o.Name) },
+		func(o *metav1.ObjectMeta) { initial = append(initial, o.Name) })
+	h.OnAdd(obj("listed", "1", "1"), true)
+	h.OnAdd(obj("new", "2", "2"), false)
+	if !slices.Equal(initial, []string{"listed"}) || !slices.Equal(added, []string{"new"}) {
+		t.Errorf("initial %v, added %v", initial, added)
 	}
 }

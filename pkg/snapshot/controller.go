@@ -151,10 +151,15 @@ func New(clients Clients, kubeInformers informers.SharedInformerFactory,
 		informer cache.SharedIndexInformer
 		handler  cache.ResourceEventHandler
 	}{
-		{vs.Informer(), controller.Handler(c.snapshotWrites, c.onSnapshot)},
-		{vsc.Informer(), controller.Handler(c.contentWrites, c.onContent)},
-		{pvc.Informer(), controller.Handler(c.claimWrites, c.onClaim)},
-		{class.Informer(), controller.Handler(nil, c.onClass)},
+		{vs.Informer(), controller.HandlerWithInitialList(c.snapshotWrites, c.onSnapshot, func(vs *snapshotv1.VolumeSnapshot) {
+			c.snapshotQueue.Add(controller.KeyOf(vs))
+		})},
+		{vsc.Informer(), controller.HandlerWithInitialList(c.contentWrites, c.onContent, func(vsc *snapshotv1.VolumeSnapshotContent) {
+			c.contentQueue.Add(controller.KeyOf(vsc))
+		})},
+		// Claims and classes only wake snapshots, which their own first list queues.
+		{pvc.Informer(), controller.HandlerWithInitialList(c.claimWrites, c.onClaim, func(*corev1.PersistentVolumeClaim) {})},
+		{class.Informer(), controller.HandlerWithInitialList(nil, c.onClass, func(*snapshotv1.VolumeSnapshotClass) {})},
 	}
 	for _, h := range handlers {
 		if _, err := h.informer.AddEventHandler(h.handler); err != nil {
