@@ -3,6 +3,7 @@ package controller
 import (
 	"context"
 	"errors"
+	"fmt"
 	"slices"
 	"testing"
 	"time"
@@ -184,5 +185,25 @@ func TestHandlerInitialList(t *testing.T) {
 	h.OnAdd(obj("new", "2", "2"), false)
 	if !slices.Equal(initial, []string{"listed"}) || !slices.Equal(added, []string{"new"}) {
 		t.Errorf("initial %v, added %v", initial, added)
+	}
+}
+
+func TestAddPacedLetsNewKeysThrough(t *testing.T) {
+	q := NewQueue[string]("paced", Options{}, func(context.Context, string) error { return nil })
+	defer q.ShutDown()
+	for i := range 5000 {
+		q.AddPaced(fmt.Sprintf("listed-%d", i))
+	}
+	q.Add("new")
+	// The paced keys trickle in one per paceInterval; the new key is at the front of them.
+	for i := 0; ; i++ {
+		key, _ := q.queue.Get()
+		q.queue.Done(key)
+		if key == "new" {
+			if i > 100 {
+				t.Errorf("the new key came after %d paced keys", i)
+			}
+			return
+		}
 	}
 }

@@ -152,10 +152,10 @@ func New(clients Clients, kubeInformers informers.SharedInformerFactory,
 		handler  cache.ResourceEventHandler
 	}{
 		{vs.Informer(), controller.HandlerWithInitialList(c.snapshotWrites, c.onSnapshot, func(vs *snapshotv1.VolumeSnapshot) {
-			c.snapshotQueue.Add(controller.KeyOf(vs))
+			c.snapshotQueue.AddPaced(controller.KeyOf(vs))
 		})},
 		{vsc.Informer(), controller.HandlerWithInitialList(c.contentWrites, c.onContent, func(vsc *snapshotv1.VolumeSnapshotContent) {
-			c.contentQueue.Add(controller.KeyOf(vsc))
+			c.contentQueue.AddPaced(controller.KeyOf(vsc))
 		})},
 		// Claims and classes only wake snapshots, which their own first list queues.
 		{pvc.Informer(), controller.HandlerWithInitialList(c.claimWrites, c.onClaim, func(*corev1.PersistentVolumeClaim) {})},
