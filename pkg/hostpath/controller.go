@@ -105,36 +105,39 @@ func (s *controllerServer) CreateVolume(ctx context.Context, req *csi.CreateVolu
 		return nil, err
 	}
 	defer unreserve()
-	background := spec.sourceSnap != "" && s.d.opts.Sync && s.d.opts.BackgroundRestoreSync
-	c := s.d.copier
-	if spec.sourceSnap != "" {
-		c = copier{sync: s.d.opts.Sync && !background, holesKnown: true}
-	}
-	if background {
-		if err := s.d.restores.begin(spec.id, spec.sourceSnap); err != nil {
-			return nil, err
-		}
-	}
-	if err := s.d.buildVolume(c, spec.id, spec.accessType, spec.size, source); err != nil {
-		_ = s.d.restores.forget(spec.id)
-		return nil, err
-	}
 	v := state.Volume{
 		ID: spec.id, Name: spec.name, CapacityBytes: spec.size, AccessType: spec.accessType,
 		Topology: s.d.topology(), SourceSnapshotID: spec.sourceSnap, SourceVolumeID: spec.sourceVol,
 		Parameters: req.GetParameters(), MutableParameters: req.GetMutableParameters(),
 		SingleWriter: spec.singleWriter, CreatedAt: s.d.now().UTC(),
 	}
-	if err := s.d.volumes.Put(v.ID, v); err != nil {
-		_ = removeData(s.d.volumePath(v.ID))
-		_ = s.d.restores.forget(v.ID)
-		return nil, status.Errorf(codes.Internal, "record volume: %v", err)
+	if spec.sourceSnap != "" && s.d.opts.Sync && s.d.opts.BackgroundRestoreSync {
+		err = s.d.restoreInBackground(v, source)
+	} else {
+		err = s.d.createVolumeData(v, source)
 	}
-	if background {
-		s.d.restores.start(v.ID, spec.sourceSnap, s.d.volumePath(v.ID))
+	if err != nil {
+		return nil, err
 	}
 	klog.FromContext(ctx).V(2).Info("Created volume", "volumeID", v.ID, "bytes", v.CapacityBytes, "accessType", v.AccessType)
 	return &csi.CreateVolumeResponse{Volume: s.d.csiVolume(v)}, nil
+}
+
+// createVolumeData builds volume v's data, empty or copied from source, and
+// then records the volume.
+func (d *Driver) createVolumeData(v state.Volume, source string) error {
+	c := d.copier
+	if v.SourceSnapshotID != "" {
+		c = copier{sync: d.opts.Sync, holesKnown: true, direct: true}
+	}
+	if err := d.buildVolume(c, v.ID, v.AccessType, v.CapacityBytes, source); err != nil {
+		return err
+	}
+	if err := d.volumes.Put(v.ID, v); err != nil {
+		_ = removeData(d.volumePath(v.ID))
+		return status.Errorf(codes.Internal, "record volume: %v", err)
+	}
+	return nil
 }
 
 // parseCreateVolume validates a CreateVolume request without touching disk.
@@ -313,46 +316,51 @@ func (d *Driver) volumeSource(spec volumeSpec) (string, error) {
 }
 
 // buildVolume creates a volume's data under a temporary name, from source
-// with c when given, and renames it into place. c.sync says whether the data
-// is flushed.
+// with c when given, renames it into place and flushes it (see
+// installData). c.sync says whether the data itself is flushed.
 func (d *Driver) buildVolume(c copier, id string, accessType state.AccessType, size int64, source string) error {
 	final := d.volumePath(id)
 	tmp := tempPath(final)
-	if err := os.RemoveAll(tmp); err != nil {
-		return status.Errorf(codes.Internal, "clear temp data: %v", err)
+	made, err := d.writeVolumeData(c, tmp, accessType, size, source)
+	if errors.Is(err, fs.ErrExist) {
+		// Left by an attempt whose cleanup failed; Recover removes it too.
+		if err := os.RemoveAll(tmp); err != nil {
+			return status.Errorf(codes.Internal, "clear temp data: %v", err)
+		}
+		made, err = d.writeVolumeData(c, tmp, accessType, size, source)
 	}
-	if err := d.writeVolumeData(c, tmp, accessType, size, source); err != nil {
+	if err != nil {
 		_ = os.RemoveAll(tmp)
 		return status.Errorf(codes.Internal, "create volume data: %v", err)
 	}
-	return d.installData(tmp, final)
+	return d.installData(c, tmp, final, made)
 }
 
-func (d *Driver) writeVolumeData(c copier, path string, accessType state.AccessType, size int64, source string) error {
+// writeVolumeData creates a volume's data at path: a copy of source, an
+// empty directory or an empty sparse file.
+func (d *Driver) writeVolumeData(c copier, path string, accessType state.AccessType, size int64, source string) (copied, error) {
 	if source != "" {
-		if err := c.copyPath(path, source); err != nil {
-			return err
+		made, err := c.copyPath(path, source)
+		if err == nil && accessType == state.AccessBlock {
+			err = resizeFile(path, size, c.sync)
 		}
-		if accessType == state.AccessBlock {
-			return resizeFile(path, size, c.sync)
-		}
-		return nil
+		return made, err
 	}
 	if accessType == state.AccessMount {
 		if err := os.Mkdir(path, 0o750); err != nil {
-			return err
+			return copied{}, err
 		}
 		// Pods of any user must be able to write their volume.
-		return os.Chmod(path, 0o777)
+		return copied{dirs: []string{"."}}, os.Chmod(path, 0o777)
 	}
 	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o660)
 	if err != nil {
-		return err
+		return copied{}, err
 	}
 	if err := f.Close(); err != nil {
-		return err
+		return copied{}, err
 	}
-	return resizeFile(path, size, d.opts.Sync)
+	return copied{}, resizeFile(path, size, d.opts.Sync)
 }
 
 // resizeFile sets a block volume's size, leaving new space as a hole.

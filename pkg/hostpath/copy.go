@@ -7,6 +7,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"sync"
 
 	"golang.org/x/sys/unix"
 
@@ -28,64 +29,133 @@ type copier struct {
 	// holesKnown says the source's zero blocks are holes already (it is a
 	// snapshot), so data extents are copied without reading them first.
 	holesKnown bool
+	// direct writes the data extents of files with direct I/O where the
+	// filesystem allows it, leaving the page cache alone (directcopy.go).
+	// It applies with holesKnown only.
+	direct bool
+}
+
+// copied describes what a copy made.
+type copied struct {
+	// dirs are the directories created, relative to the copy's root ("."
+	// is the root). The copier does not flush them: flushTree does, when
+	// the caller has renamed the copy into place.
+	dirs []string
+	// manifest summarises the copy for verification after a crash.
+	manifest state.Manifest
 }
 
 // copyPath copies src to dst; src is a regular file (block volume) or a
-// directory tree (mount volume). dst must not exist.
-func (c copier) copyPath(dst, src string) error {
+// directory tree (mount volume). dst must not exist: if it does, the error
+// matches fs.ErrExist. With sync, regular files are flushed before
+// copyPath returns.
+func (c copier) copyPath(dst, src string) (copied, error) {
 	info, err := os.Lstat(src)
 	if err != nil {
-		return fmt.Errorf("stat copy source: %w", err)
+		return copied{}, fmt.Errorf("stat copy source: %w", err)
 	}
 	if info.IsDir() {
 		return c.copyTree(dst, src)
 	}
-	return c.copyFile(dst, src, info.Mode().Perm())
+	if err := c.copyFile(dst, src, info.Mode().Perm()); err != nil {
+		return copied{}, err
+	}
+	return copied{manifest: state.Manifest{Entries: 1, Bytes: info.Size()}}, nil
 }
 
 // copyTree copies a directory tree: directories, regular files, symlinks.
-// Other file types (devices, sockets, fifos) are skipped. With sync, every
-// new directory is flushed too.
-func (c copier) copyTree(dst, src string) error {
-	var dirs []string
+// Other file types (devices, sockets, fifos) are skipped.
+func (c copier) copyTree(dst, src string) (copied, error) {
+	var out copied
 	err := filepath.WalkDir(src, func(path string, d fs.DirEntry, err error) error {
 		if err != nil {
 			return err
 		}
-		rel, err := filepath.Rel(src, path)
-		if err != nil {
-			return err
+		rel := "."
+		if path != src {
+			rel = path[len(src)+1:]
 		}
 		target := filepath.Join(dst, rel)
-		info, err := d.Info()
-		if err != nil {
-			return err
-		}
 		switch {
 		case d.IsDir():
-			dirs = append(dirs, target)
+			info, err := d.Info()
+			if err != nil {
+				return err
+			}
+			out.dirs = append(out.dirs, rel)
+			out.manifest.Entries++
 			return os.Mkdir(target, info.Mode().Perm())
 		case d.Type()&fs.ModeSymlink != 0:
 			link, err := os.Readlink(path)
 			if err != nil {
 				return err
 			}
+			out.manifest.Entries++
 			return os.Symlink(link, target)
 		case d.Type().IsRegular():
+			info, err := d.Info()
+			if err != nil {
+				return err
+			}
+			out.manifest.Entries++
+			out.manifest.Bytes += info.Size()
 			return c.copyFile(target, path, info.Mode().Perm())
 		default:
 			return nil
 		}
 	})
-	if err != nil || !c.sync {
-		return err
+	return out, err
+}
+
+// flushTree makes a copy renamed into place at root durable: it flushes
+// the copy's directories and, concurrently, the directory holding root.
+// Regular files were flushed by the copy.
+func flushTree(root string, c copied) error {
+	var parentErr error
+	var wg sync.WaitGroup
+	wg.Go(func() { parentErr = state.SyncDir(filepath.Dir(root)) })
+	var errs []error
+	for _, d := range c.dirs {
+		errs = append(errs, fsyncPath(filepath.Join(root, d)))
 	}
-	for _, d := range dirs {
-		if err := state.SyncDir(d); err != nil {
-			return err
-		}
+	wg.Wait()
+	return errors.Join(append(errs, parentErr)...)
+}
+
+// fsyncPath opens a file or directory and flushes it.
+func fsyncPath(path string) error {
+	f, err := os.Open(path)
+	if err != nil {
+		return fmt.Errorf("open for sync: %w", err)
+	}
+	defer f.Close()
+	if err := f.Sync(); err != nil {
+		return fmt.Errorf("sync %s: %w", filepath.Base(path), err)
 	}
 	return nil
+}
+
+// manifestOf summarises the data at path as copyPath does.
+func manifestOf(path string) (state.Manifest, error) {
+	var m state.Manifest
+	err := filepath.WalkDir(path, func(_ string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		switch {
+		case d.IsDir(), d.Type()&fs.ModeSymlink != 0:
+			m.Entries++
+		case d.Type().IsRegular():
+			info, err := d.Info()
+			if err != nil {
+				return err
+			}
+			m.Entries++
+			m.Bytes += info.Size()
+		}
+		return nil
+	})
+	return m, err
 }
 
 // copyFile copies one regular file, keeping its size and holes.
@@ -111,17 +181,31 @@ func (c copier) copyFile(dst, src string, perm fs.FileMode) (err error) {
 	if err != nil {
 		return fmt.Errorf("size copy source: %w", err)
 	}
-	copyData := copySparse
-	if c.holesKnown {
-		copyData = copyExtents
-	}
-	if err := copyData(out, in, size, c.sync); err != nil {
+	if err := c.copyData(out, dst, in, size); err != nil {
 		return err
 	}
 	if err := out.Truncate(size); err != nil {
 		return fmt.Errorf("size copy target: %w", err)
 	}
 	return c.finish(out)
+}
+
+// copyData copies the data of in (size bytes) to out, the new file dst.
+func (c copier) copyData(out *os.File, dst string, in *os.File, size int64) error {
+	if !c.holesKnown {
+		return copySparse(out, in, size, c.sync)
+	}
+	if !c.direct {
+		return copyExtents(out, in, size, c.sync)
+	}
+	err := copyExtentsDirect(out, dst, in, size)
+	if !errors.Is(err, errDirectUnsupported) {
+		return err
+	}
+	if err := out.Truncate(0); err != nil {
+		return fmt.Errorf("clear copy target: %w", err)
+	}
+	return copyExtents(out, in, size, c.sync)
 }
 
 func (c copier) finish(out *os.File) error {

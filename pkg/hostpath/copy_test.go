@@ -2,6 +2,7 @@ package hostpath
 
 import (
 	"bytes"
+	"errors"
 	"os"
 	"path/filepath"
 	"testing"
@@ -45,7 +46,7 @@ func TestCopyFileKeepsHolesAndDropsZeros(t *testing.T) {
 	for _, sync := range []bool{false, true} {
 		dst := filepath.Join(dir, "dst")
 		_ = os.Remove(dst)
-		if err := (copier{sync: sync, noReflink: true}).copyPath(dst, src); err != nil {
+		if _, err := (copier{sync: sync, noReflink: true}).copyPath(dst, src); err != nil {
 			t.Fatal(err)
 		}
 		want, _ := os.ReadFile(src)
@@ -69,7 +70,7 @@ func TestCopyRefusesExistingTarget(t *testing.T) {
 	if err := os.WriteFile(dst, []byte("old"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	if err := (copier{}).copyPath(dst, src); err == nil {
+	if _, err := (copier{}).copyPath(dst, src); err == nil {
 		t.Fatal("copy over an existing file succeeded")
 	}
 }
@@ -85,5 +86,84 @@ func TestIsZero(t *testing.T) {
 			t.Fatalf("byte %d missed", i)
 		}
 		b[i] = 0
+	}
+}
+
+// sparseSource writes a file with holes, data extents whose ends are not
+// block aligned and a size that is not a multiple of the block size, and
+// returns its path and content.
+func sparseSource(t *testing.T, dir string) (string, []byte) {
+	t.Helper()
+	src := filepath.Join(dir, "src")
+	f, err := os.Create(src)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	// The last extent needs more direct writes than there are buffers.
+	data := randomBytes(t, 3<<20+123)
+	for _, off := range []int64{0, 8<<20 + 100, 20 << 20} {
+		if _, err := f.WriteAt(data, off); err != nil {
+			t.Fatal(err)
+		}
+	}
+	long := randomBytes(t, (directDepth+3)*directChunk+5)
+	if _, err := f.WriteAt(long, 30<<20); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.Truncate(int64(30<<20+len(long)) + 8<<20 + 777); err != nil {
+		t.Fatal(err)
+	}
+	want, err := os.ReadFile(src)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return src, want
+}
+
+// TestDirectCopyMatchesSourceAndKeepsHoles copies a snapshot-like file the
+// way restores do: with direct I/O, and again with direct I/O refused.
+func TestDirectCopyMatchesSourceAndKeepsHoles(t *testing.T) {
+	dir := t.TempDir()
+	src, want := sparseSource(t, dir)
+	// The direct path itself must work here, or the test below would only
+	// exercise the fallback.
+	in, err := os.Open(src)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer in.Close()
+	probe, err := os.Create(filepath.Join(dir, "probe"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer probe.Close()
+	if err := copyExtentsDirect(probe, probe.Name(), in, int64(len(want))); errors.Is(err, errDirectUnsupported) {
+		t.Skipf("the test directory refuses direct I/O: %v", err)
+	} else if err != nil {
+		t.Fatal(err)
+	}
+	for _, refuse := range []bool{false, true} {
+		if refuse {
+			saved := openDirect
+			openDirect = func(string) (*os.File, error) { return nil, &os.PathError{Op: "open", Err: unix.EINVAL} }
+			t.Cleanup(func() { openDirect = saved })
+		}
+		for _, sync := range []bool{false, true} {
+			dst := filepath.Join(dir, "dst")
+			_ = os.Remove(dst)
+			c := copier{sync: sync, noReflink: true, holesKnown: true, direct: true}
+			if _, err := c.copyPath(dst, src); err != nil {
+				t.Fatalf("refuse=%t sync=%t: %v", refuse, sync, err)
+			}
+			got, err := os.ReadFile(dst)
+			if err != nil || !bytes.Equal(got, want) {
+				t.Fatalf("refuse=%t sync=%t: copy differs from source (err %v)", refuse, sync, err)
+			}
+			// The data extents only (about 57 MiB); the rest stays a hole.
+			if a := allocated(t, dst); a > 64<<20 {
+				t.Fatalf("refuse=%t sync=%t: copy allocates %d bytes", refuse, sync, a)
+			}
+		}
 	}
 }

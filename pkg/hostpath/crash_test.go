@@ -194,7 +194,7 @@ func TestRecoverRemovesIncompleteGroup(t *testing.T) {
 		t.Fatal(err)
 	}
 	g := resp.GetGroupSnapshot()
-	if err := os.Remove(filepath.Join(e.d.opts.DataDir, "state", "groups", g.GetGroupSnapshotId()+".json")); err != nil {
+	if err := e.d.groups.Delete(g.GetGroupSnapshotId()); err != nil {
 		t.Fatal(err)
 	}
 	if err := os.Mkdir(tempPath(e.d.volumePath("vol-half")), 0o755); err != nil {
@@ -216,5 +216,52 @@ func TestRecoverRemovesIncompleteGroup(t *testing.T) {
 	}
 	if _, ok := d.volumes.Get(a.GetVolumeId()); !ok {
 		t.Fatal("volume lost in recovery")
+	}
+}
+
+// writeTree fills a mount volume with nested directories, files of sizes
+// that are not block multiples and a symlink.
+func writeTree(t *testing.T, root string) {
+	t.Helper()
+	for _, d := range []string{"a", "a/b", "c"} {
+		if err := os.Mkdir(filepath.Join(root, d), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for name, size := range map[string]int{"top": 10, "a/one": 4097, "a/b/two": 3<<20 + 5, "c/empty": 0} {
+		if err := os.WriteFile(filepath.Join(root, name), randomBytes(t, size), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := os.Symlink("a/one", filepath.Join(root, "link")); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestRecoverDropsSnapshotNotMatchingManifest simulates a power failure
+// that kept a snapshot's record but not all of its directories: Recover
+// must drop the snapshot and its data rather than report it ready.
+func TestRecoverDropsSnapshotNotMatchingManifest(t *testing.T) {
+	e := newTestEnv(t)
+	vol := e.createVolume(t, "tree", 1<<20, mountCap())
+	writeTree(t, e.d.volumePath(vol.GetVolumeId()))
+	whole := e.createSnapshot(t, "whole", vol.GetVolumeId())
+	torn := e.createSnapshot(t, "torn", vol.GetVolumeId())
+	if err := os.RemoveAll(filepath.Join(e.d.snapshotPath(torn.GetSnapshotId()), "a", "b")); err != nil {
+		t.Fatal(err)
+	}
+	_, ctx := ktesting.NewTestContext(t)
+	d, err := New(ctx, e.d.opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := d.snapshots.Get(torn.GetSnapshotId()); ok {
+		t.Fatal("a snapshot whose data lost a directory survived recovery")
+	}
+	if _, err := os.Lstat(d.snapshotPath(torn.GetSnapshotId())); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("data of the dropped snapshot left behind: %v", err)
+	}
+	if _, ok := d.snapshots.Get(whole.GetSnapshotId()); !ok {
+		t.Fatal("a complete snapshot was dropped")
 	}
 }

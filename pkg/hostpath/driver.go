@@ -3,14 +3,26 @@
 //
 // Invariants:
 //   - Data for an object is built under a ".tmp-" name and renamed into
-//     place when complete; its state record is written only after that.
-//     A record therefore always names complete data, and Recover removes
-//     whatever a crash left without a record. With fsync on, complete means
-//     flushed too, except for a volume restored with background sync: it
-//     carries a pending-restore marker until its data is flushed, and
-//     Recover flushes or re-copies it (restore.go).
-//   - Directory flushes are shared by concurrent operations (state.SyncDir),
-//     so a burst of creates costs far fewer fsyncs than operations.
+//     place when complete. Recover removes whatever a crash left without a
+//     record, and data under temporary names.
+//   - A volume's record is written only after its data is in place and, with
+//     fsync on, flushed (files, new directories and the entry in volumes/):
+//     a volume record always names complete data. The exception is a volume
+//     restored with background sync: its record is written with a
+//     pending-restore marker before the copy, the marker stays until its
+//     data is flushed, and Recover flushes or re-copies it (restore.go).
+//   - A snapshot's files are flushed before its data is renamed into place;
+//     then its directories are flushed while its record, which carries a
+//     manifest of the data, is appended to the record log. The two share one
+//     round of flushes, and the snapshot is reported only when both have
+//     finished. A power failure can therefore leave a record whose
+//     directories did not reach the disk; at start the driver flushes the
+//     filesystem and drops every snapshot whose data does not match its
+//     manifest (Recover). Such a snapshot was never acknowledged.
+//   - Records live in one record log shared by all tables, group-committed
+//     (state.Log); directory flushes are shared by concurrent operations
+//     too (state.SyncDir), so a burst of creates costs far fewer flushes
+//     than operations.
 //   - Records are deleted before their data, for the same reason.
 //   - Every ID from a request passes checkID before it is joined to a path.
 //   - An operation holds the per-ID locks of every object it reads or
@@ -30,6 +42,7 @@ import (
 	"time"
 
 	"github.com/container-storage-interface/spec/lib/go/csi"
+	"golang.org/x/sys/unix"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -46,6 +59,7 @@ const TopologyKey = "topology.hostpath.csi.shutter.dev/node"
 // services (and SnapshotMetadata when enabled) for one node.
 type Driver struct {
 	opts      Options
+	log       *state.Log
 	volumes   *state.Table[state.Volume]
 	snapshots *state.Table[state.Snapshot]
 	groups    *state.Table[state.GroupSnapshot]
@@ -105,19 +119,7 @@ func New(ctx context.Context, opts Options) (*Driver, error) {
 		now:      time.Now,
 		reserved: map[string]int64{},
 	}
-	var err error
-	stateDir := filepath.Join(opts.DataDir, "state")
-	if d.volumes, err = state.OpenTable[state.Volume](filepath.Join(stateDir, "volumes"), opts.Sync); err != nil {
-		return nil, err
-	}
-	if d.snapshots, err = state.OpenTable[state.Snapshot](filepath.Join(stateDir, "snapshots"), opts.Sync); err != nil {
-		return nil, err
-	}
-	if d.groups, err = state.OpenTable[state.GroupSnapshot](filepath.Join(stateDir, "groups"), opts.Sync); err != nil {
-		return nil, err
-	}
-	d.restores = &restoreSyncer{bootID: readBootID(), logger: klog.FromContext(ctx), pending: map[string]*pendingFlush{}}
-	if d.restores.markers, err = state.OpenTable[state.PendingRestore](filepath.Join(stateDir, "restores"), opts.Sync); err != nil {
+	if err := d.openState(ctx); err != nil {
 		return nil, err
 	}
 	d.quiesce = newQuiescer(opts)
@@ -132,6 +134,30 @@ func New(ctx context.Context, opts Options) (*Driver, error) {
 		return nil, fmt.Errorf("recover state: %w", err)
 	}
 	return d, nil
+}
+
+// openState opens the record log and its tables below DataDir/state.
+func (d *Driver) openState(ctx context.Context) error {
+	var err error
+	stateDir := filepath.Join(d.opts.DataDir, "state")
+	if d.log, err = state.OpenLog(stateDir, d.opts.Sync); err != nil {
+		return err
+	}
+	if n := d.log.Dropped(); n > 0 {
+		klog.FromContext(ctx).Info("Dropped the torn end of the record log", "bytes", n)
+	}
+	if d.volumes, err = state.OpenTable[state.Volume](d.log, "volumes"); err != nil {
+		return err
+	}
+	if d.snapshots, err = state.OpenTable[state.Snapshot](d.log, "snapshots"); err != nil {
+		return err
+	}
+	if d.groups, err = state.OpenTable[state.GroupSnapshot](d.log, "groups"); err != nil {
+		return err
+	}
+	d.restores = &restoreSyncer{bootID: readBootID(), logger: klog.FromContext(ctx), pending: map[string]*pendingFlush{}}
+	d.restores.markers, err = state.OpenTable[state.PendingRestore](d.log, "restores")
+	return err
 }
 
 // Serve registers the CSI services on a gRPC server, serves lis until ctx is
@@ -191,10 +217,17 @@ const tempPrefix = ".tmp-"
 
 // recover finishes or undoes what a crash interrupted: it removes data under
 // temporary names and data without a record, drops snapshot records whose
-// data is gone, and removes member snapshots of group snapshots whose group
-// record was never written.
+// data is gone or does not match their manifest, and removes member
+// snapshots of group snapshots whose group record was never written. With
+// fsync on it first flushes the filesystem, so that whatever a killed
+// predecessor left unflushed is durable before the driver reports it.
 func (d *Driver) recover(ctx context.Context) error {
 	logger := klog.FromContext(ctx)
+	if d.opts.Sync {
+		if err := syncFS(d.opts.DataDir); err != nil {
+			return err
+		}
+	}
 	if err := d.recoverRestores(ctx); err != nil {
 		return err
 	}
@@ -208,9 +241,8 @@ func (d *Driver) recover(ctx context.Context) error {
 		}
 	}
 	for _, s := range d.snapshots.List() {
-		_, err := os.Lstat(d.snapshotPath(s.ID))
-		if groupless[s.ID] || errors.Is(err, fs.ErrNotExist) {
-			logger.Info("Removing incomplete snapshot", "snapshotID", s.ID)
+		if problem := d.checkSnapshotData(s); groupless[s.ID] || problem != "" {
+			logger.Info("Removing incomplete snapshot", "snapshotID", s.ID, "problem", problem, "groupless", groupless[s.ID])
 			if err := d.snapshots.Delete(s.ID); err != nil {
 				return err
 			}
@@ -225,6 +257,39 @@ func (d *Driver) recover(ctx context.Context) error {
 		}
 	}
 	return removeOrphans(logger, volumesDir(d.opts.DataDir), d.volumes.Get)
+}
+
+// checkSnapshotData describes what is wrong with a snapshot's data, or
+// returns "" when it exists and matches the record's manifest.
+func (d *Driver) checkSnapshotData(s state.Snapshot) string {
+	path := d.snapshotPath(s.ID)
+	if s.Manifest == nil {
+		if _, err := os.Lstat(path); err != nil {
+			return err.Error()
+		}
+		return ""
+	}
+	m, err := manifestOf(path)
+	if err != nil {
+		return err.Error()
+	}
+	if m != *s.Manifest {
+		return fmt.Sprintf("data holds %d entries of %d bytes, the record %d of %d", m.Entries, m.Bytes, s.Manifest.Entries, s.Manifest.Bytes)
+	}
+	return ""
+}
+
+// syncFS flushes the whole filesystem holding dir.
+func syncFS(dir string) error {
+	f, err := os.Open(dir)
+	if err != nil {
+		return fmt.Errorf("open data dir: %w", err)
+	}
+	defer f.Close()
+	if err := unix.Syncfs(int(f.Fd())); err != nil {
+		return fmt.Errorf("flush data filesystem: %w", err)
+	}
+	return nil
 }
 
 // removeOrphans deletes entries of dir that are temporary or have no record.
@@ -262,7 +327,8 @@ func (d *Driver) reserve(key string, bytes int64, except string) (func(), error)
 	defer d.capMu.Unlock()
 	used := int64(0)
 	for _, v := range d.volumes.List() {
-		if v.ID != except {
+		// A reservation stands in for the record of a volume being made.
+		if _, ok := d.reserved[volumeKey(v.ID)]; !ok && v.ID != except {
 			used += v.CapacityBytes
 		}
 	}
@@ -286,7 +352,9 @@ func (d *Driver) freeCapacity() int64 {
 	defer d.capMu.Unlock()
 	used := int64(0)
 	for _, v := range d.volumes.List() {
-		used += v.CapacityBytes
+		if _, ok := d.reserved[volumeKey(v.ID)]; !ok {
+			used += v.CapacityBytes
+		}
 	}
 	for _, r := range d.reserved {
 		used += r
@@ -302,15 +370,34 @@ func (d *Driver) topology() map[string]string {
 	return map[string]string{TopologyKey: d.opts.NodeID}
 }
 
-// installData renames data built at tmp to final and flushes the directory.
-func (d *Driver) installData(tmp, final string) error {
-	if err := os.Rename(tmp, final); err != nil {
+// installData renames data built at tmp to final and, with fsync on,
+// flushes it: the new directories when c.sync (a background restore flushes
+// them later) and always the entry in the parent directory.
+func (d *Driver) installData(c copier, tmp, final string, made copied) error {
+	if err := rename(tmp, final); err != nil {
 		return status.Errorf(codes.Internal, "install data: %v", err)
 	}
-	if d.opts.Sync {
-		if err := state.SyncDir(filepath.Dir(final)); err != nil {
-			return status.Errorf(codes.Internal, "%v", err)
-		}
+	if !d.opts.Sync {
+		return nil
+	}
+	if !c.sync {
+		made.dirs = nil
+	}
+	if err := flushTree(final, made); err != nil {
+		return status.Errorf(codes.Internal, "flush data: %v", err)
 	}
 	return nil
+}
+
+// rename moves data built at tmp to final, replacing whatever an earlier,
+// failed attempt left at final.
+func rename(tmp, final string) error {
+	err := os.Rename(tmp, final)
+	if errors.Is(err, unix.EEXIST) || errors.Is(err, unix.ENOTEMPTY) || errors.Is(err, unix.EISDIR) || errors.Is(err, unix.ENOTDIR) {
+		if err := os.RemoveAll(final); err != nil {
+			return err
+		}
+		err = os.Rename(tmp, final)
+	}
+	return err
 }

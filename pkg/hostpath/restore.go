@@ -19,22 +19,27 @@ import (
 
 // Restores with background sync (Options.BackgroundRestoreSync).
 //
-// Flushing a restored volume's data takes as long as writing it to disk,
-// seconds per GiB, while the copy itself runs at page-cache speed. With
-// background sync CreateVolume from a snapshot returns once the copy is
-// complete in the page cache and its records are durable, and a goroutine
-// flushes the data afterwards.
+// Flushing a restored volume's data takes as long as the device needs to
+// make it durable, about a second per GiB here, while the copy itself is
+// done as soon as the device has accepted the writes (restores write with
+// direct I/O, see directcopy.go; where that is refused, as soon as the copy
+// is in the page cache). With background sync CreateVolume from a snapshot
+// returns once the copy is complete and its records are durable, and a
+// goroutine flushes the data afterwards.
 //
 // Invariants:
-//   - A PendingRestore marker is durable before the copy starts and is
-//     removed only after the volume's data and directory entry are flushed.
-//     A volume record with a marker may name data that a power failure
-//     could have torn; one without a marker names durable data.
-//   - A killed process loses nothing: the page cache holds the whole copy.
-//     The marker records the kernel's boot ID, so at start Recover can tell
-//     a process restart (same boot ID: flush again in the background) from
-//     a reboot (data may be torn: copy the source snapshot again, flushed,
-//     before serving).
+//   - A PendingRestore marker is durable before the copy starts, together
+//     with the volume's record, and is removed only after the volume's data
+//     and directory entry are flushed. A volume record with a marker may
+//     name data that is incomplete or that a power failure could have
+//     torn; one without a marker names complete, durable data.
+//   - The marker is marked copied, without a flush, when the copy is
+//     complete. A killed process loses nothing of a finished copy: the
+//     device, or the page cache, holds it. The marker records the kernel's
+//     boot ID, so at start Recover can tell a finished copy and a process
+//     restart (same boot ID: flush again in the background) from a copy cut
+//     short or a reboot (copy the source snapshot again, flushed, before
+//     serving).
 //   - Nothing can write the volume before its data is durable: NodeStage
 //     and NodePublish wait for the flush. A recopy after a reboot therefore
 //     never discards a workload's writes.
@@ -75,13 +80,51 @@ type pendingFlush struct {
 	err        error
 }
 
-// begin durably marks volID as restored from snapID with data not yet
-// flushed. Call it before the copy starts.
-func (r *restoreSyncer) begin(volID, snapID string) error {
-	m := state.PendingRestore{VolumeID: volID, SnapshotID: snapID, BootID: r.bootID}
-	if err := r.markers.Put(volID, m); err != nil {
+// restoreInBackground creates volume v from the snapshot data at source
+// with background sync. The volume's record and its pending-restore marker
+// are committed together, durably, before the copy starts: a flush after
+// the copy would wait for the device to make all of the copied data
+// durable, which is the background flush's job. The marker comes first in
+// that commit, so no crash leaves the record without it. The copy is built
+// in place, covered by the marker; once it is complete the marker is
+// marked copied, without a flush, and the background flush removes it.
+func (d *Driver) restoreInBackground(v state.Volume, source string) error {
+	r := d.restores
+	m := state.PendingRestore{VolumeID: v.ID, SnapshotID: v.SourceSnapshotID, BootID: r.bootID}
+	marker, err := r.markers.PutChange(v.ID, m)
+	if err != nil {
 		return status.Errorf(codes.Internal, "mark restore pending: %v", err)
 	}
+	record, err := d.volumes.PutChange(v.ID, v)
+	if err != nil {
+		return status.Errorf(codes.Internal, "record volume: %v", err)
+	}
+	if err := d.log.Commit(marker, record); err != nil {
+		return status.Errorf(codes.Internal, "record volume: %v", err)
+	}
+	path := d.volumePath(v.ID)
+	c := copier{holesKnown: true, direct: true}
+	_, err = d.writeVolumeData(c, path, v.AccessType, v.CapacityBytes, source)
+	if errors.Is(err, fs.ErrExist) {
+		// Data without a record, left by a crash; Recover removes it too.
+		if err = os.RemoveAll(path); err == nil {
+			_, err = d.writeVolumeData(c, path, v.AccessType, v.CapacityBytes, source)
+		}
+	}
+	if err == nil {
+		m.Copied = true
+		if marker, err = r.markers.PutChange(v.ID, m); err == nil {
+			err = d.log.CommitNoFlush(marker)
+		}
+	}
+	if err != nil {
+		// The record goes first: a crash in between leaves a marker
+		// without a volume, which Recover drops.
+		_ = d.log.Commit(d.volumes.DeleteChange(v.ID), r.markers.DeleteChange(v.ID))
+		_ = removeData(path)
+		return status.Errorf(codes.Internal, "restore volume data: %v", err)
+	}
+	r.start(v.ID, v.SourceSnapshotID, path)
 	return nil
 }
 
@@ -205,12 +248,14 @@ func (d *Driver) recoverRestores(ctx context.Context) error {
 			continue
 		}
 		_, statErr := os.Lstat(d.volumePath(v.ID))
-		if m.BootID != "" && m.BootID == d.restores.bootID && statErr == nil {
+		sameBoot := m.BootID != "" && m.BootID == d.restores.bootID
+		if m.Copied && sameBoot && statErr == nil {
 			logger.Info("Flushing restored volume in the background", "volumeID", v.ID)
 			d.restores.start(v.ID, m.SnapshotID, d.volumePath(v.ID))
 			continue
 		}
-		logger.Info("Restoring volume again: the machine restarted before its data was flushed", "volumeID", v.ID, "snapshotID", m.SnapshotID)
+		logger.Info("Restoring volume again: its copy did not finish, or the machine restarted before its data was flushed",
+			"volumeID", v.ID, "snapshotID", m.SnapshotID, "copied", m.Copied, "sameBoot", sameBoot)
 		if err := d.restoreAgain(v, m.SnapshotID); err != nil {
 			return fmt.Errorf("restore volume %s again: %w", v.ID, err)
 		}
@@ -231,6 +276,6 @@ func (d *Driver) restoreAgain(v state.Volume, snapID string) error {
 	if err := removeData(d.volumePath(v.ID)); err != nil {
 		return err
 	}
-	c := copier{sync: true, holesKnown: true}
+	c := copier{sync: true, holesKnown: true, direct: true}
 	return d.buildVolume(c, v.ID, v.AccessType, v.CapacityBytes, d.snapshotPath(snap.ID))
 }

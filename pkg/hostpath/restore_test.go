@@ -3,9 +3,9 @@ package hostpath
 import (
 	"bytes"
 	"context"
-	"errors"
 	"os"
 	"path/filepath"
+	"slices"
 	"testing"
 	"time"
 
@@ -40,9 +40,16 @@ func restoreEnv(t *testing.T) (e *testEnv, volID string, want []byte) {
 	return e, resp.GetVolume().GetVolumeId(), want
 }
 
-// markerPath is where the pending-restore marker of volID lives.
-func markerPath(dataDir, volID string) string {
-	return filepath.Join(dataDir, "state", "restores", volID+".json")
+// hasMarker reports whether the record log below dataDir holds a
+// pending-restore marker for volID. It reads the log from outside, so it
+// also works on a driver running in another process.
+func hasMarker(t *testing.T, dataDir, volID string) bool {
+	t.Helper()
+	ids, err := state.LiveIDs(filepath.Join(dataDir, "state"), "restores")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return slices.Contains(ids, volID)
 }
 
 func TestBackgroundRestoreSyncRemovesMarker(t *testing.T) {
@@ -50,8 +57,8 @@ func TestBackgroundRestoreSyncRemovesMarker(t *testing.T) {
 	if err := e.d.restores.wait(context.Background(), volID); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := os.Lstat(markerPath(e.d.opts.DataDir, volID)); !errors.Is(err, os.ErrNotExist) {
-		t.Fatalf("marker left after the flush: %v", err)
+	if hasMarker(t, e.d.opts.DataDir, volID) {
+		t.Fatal("marker left after the flush")
 	}
 	got, err := os.ReadFile(e.d.volumePath(volID))
 	if err != nil || !bytes.Equal(got, want) {
@@ -88,8 +95,8 @@ func TestRecoverRestoreAfterReboot(t *testing.T) {
 		t.Fatalf("volume not restored again after the reboot (%d bytes, err %v)", len(got), err)
 	}
 	for _, id := range []string{volID, orphan.VolumeID} {
-		if _, err := os.Lstat(markerPath(d.opts.DataDir, id)); !errors.Is(err, os.ErrNotExist) {
-			t.Fatalf("marker of %s left after recovery: %v", id, err)
+		if hasMarker(t, d.opts.DataDir, id) {
+			t.Fatalf("marker of %s left after recovery", id)
 		}
 	}
 	if _, ok := d.volumes.Get(volID); !ok {
@@ -102,7 +109,7 @@ func TestRecoverRestoreAfterReboot(t *testing.T) {
 func TestRecoverRestoreAfterProcessRestart(t *testing.T) {
 	e, volID, want := restoreEnv(t)
 	e.d.restores.drain()
-	m := state.PendingRestore{VolumeID: volID, SnapshotID: deriveID(snapshotPrefix, "restore-snap"), BootID: readBootID()}
+	m := state.PendingRestore{VolumeID: volID, SnapshotID: deriveID(snapshotPrefix, "restore-snap"), BootID: readBootID(), Copied: true}
 	if m.BootID == "" {
 		t.Skip("no boot ID on this system")
 	}
@@ -123,6 +130,33 @@ func TestRecoverRestoreAfterProcessRestart(t *testing.T) {
 	got, err := os.ReadFile(d.volumePath(volID))
 	if err != nil || !bytes.Equal(got, want) {
 		t.Fatalf("restored data changed (err %v)", err)
+	}
+}
+
+// TestRecoverRestoreCutShort: same boot, but the driver died before the
+// copy finished (the marker is not marked copied) and left torn data.
+// Recovery must copy the snapshot again.
+func TestRecoverRestoreCutShort(t *testing.T) {
+	e, volID, want := restoreEnv(t)
+	e.d.restores.drain()
+	m := state.PendingRestore{VolumeID: volID, SnapshotID: deriveID(snapshotPrefix, "restore-snap"), BootID: readBootID()}
+	if err := e.d.restores.markers.Put(volID, m); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Truncate(e.d.volumePath(volID), 1<<20); err != nil {
+		t.Fatal(err)
+	}
+	_, ctx := ktesting.NewTestContext(t)
+	d, err := New(ctx, e.d.opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := os.ReadFile(d.volumePath(volID))
+	if err != nil || !bytes.Equal(got, want) {
+		t.Fatalf("volume not restored again after an unfinished copy (%d bytes, err %v)", len(got), err)
+	}
+	if _, ok := d.restores.markers.Get(volID); ok {
+		t.Fatal("marker left after recovery")
 	}
 }
 
@@ -164,8 +198,8 @@ func TestDeleteVolumeDropsRestoreMarker(t *testing.T) {
 		t.Fatal(err)
 	}
 	e.d.restores.drain()
-	if _, err := os.Lstat(markerPath(e.d.opts.DataDir, volID)); !errors.Is(err, os.ErrNotExist) {
-		t.Fatalf("marker of a deleted volume left: %v", err)
+	if hasMarker(t, e.d.opts.DataDir, volID) {
+		t.Fatal("marker of a deleted volume left")
 	}
 }
 
@@ -204,8 +238,8 @@ func TestSIGKILLBeforeRestoreFlush(t *testing.T) {
 	}
 	p.kill(t)
 	volID := restored.GetVolume().GetVolumeId()
-	if _, err := os.Lstat(markerPath(dataDir, volID)); err != nil {
-		t.Skipf("the flush finished before the kill, nothing was interrupted: %v", err)
+	if !hasMarker(t, dataDir, volID) {
+		t.Skip("the flush finished before the kill, nothing was interrupted")
 	}
 
 	p = startDriver(t, bin, dir)
@@ -213,7 +247,7 @@ func TestSIGKILLBeforeRestoreFlush(t *testing.T) {
 		t.Fatalf("restored volume lost: %v", err)
 	}
 	for deadline := time.Now().Add(60 * time.Second); ; time.Sleep(20 * time.Millisecond) {
-		if _, err := os.Lstat(markerPath(dataDir, volID)); errors.Is(err, os.ErrNotExist) {
+		if !hasMarker(t, dataDir, volID) {
 			break
 		}
 		if time.Now().After(deadline) {
@@ -222,5 +256,93 @@ func TestSIGKILLBeforeRestoreFlush(t *testing.T) {
 	}
 	if !sameFile(t, filepath.Join(dataDir, "snapshots", snap.GetSnapshot().GetSnapshotId()), filepath.Join(dataDir, "volumes", volID)) {
 		t.Fatal("restored data differs from the snapshot")
+	}
+}
+
+// TestRestoreMountVolumeTree restores a tree of files (written with direct
+// I/O where they fill whole blocks, through the page cache at their
+// unaligned ends) and compares it with the source, file by file.
+func TestRestoreMountVolumeTree(t *testing.T) {
+	e := newTestEnv(t, func(o *Options) { o.Sync = true; o.BackgroundRestoreSync = true })
+	src := e.createVolume(t, "tree-src", 16<<20, mountCap())
+	writeTree(t, e.d.volumePath(src.GetVolumeId()))
+	snap := e.createSnapshot(t, "tree-snap", src.GetVolumeId())
+	resp, err := e.ctrl.CreateVolume(context.Background(), &csi.CreateVolumeRequest{
+		Name: "tree-restored", CapacityRange: &csi.CapacityRange{RequiredBytes: 16 << 20},
+		VolumeCapabilities: []*csi.VolumeCapability{mountCap()},
+		VolumeContentSource: &csi.VolumeContentSource{Type: &csi.VolumeContentSource_Snapshot{
+			Snapshot: &csi.VolumeContentSource_SnapshotSource{SnapshotId: snap.GetSnapshotId()},
+		}},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	restored := e.d.volumePath(resp.GetVolume().GetVolumeId())
+	for _, name := range []string{"top", "a/one", "a/b/two", "c/empty"} {
+		if !sameFile(t, filepath.Join(e.d.volumePath(src.GetVolumeId()), name), filepath.Join(restored, name)) {
+			t.Fatalf("restored %s differs from the source", name)
+		}
+	}
+	if link, err := os.Readlink(filepath.Join(restored, "link")); err != nil || link != "a/one" {
+		t.Fatalf("restored symlink = %q, %v", link, err)
+	}
+	if err := e.d.restores.wait(context.Background(), resp.GetVolume().GetVolumeId()); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestSIGKILLDuringRestoreCopy kills the driver while it copies a restored
+// volume's data, after the volume's record was committed, and checks that
+// the restarted driver keeps the volume and copies its data again.
+func TestSIGKILLDuringRestoreCopy(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds the driver and copies 512 MiB")
+	}
+	const size = 512 << 20
+	bin, dir := buildDriver(t), t.TempDir()
+	p := startDriver(t, bin, dir)
+	ctx := context.Background()
+	vol, err := p.ctrl.CreateVolume(ctx, &csi.CreateVolumeRequest{
+		Name: "copy-src", CapacityRange: &csi.CapacityRange{RequiredBytes: size}, VolumeCapabilities: []*csi.VolumeCapability{blockCap()},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	dataDir := filepath.Join(dir, "data")
+	fillVolume(t, filepath.Join(dataDir, "volumes", vol.GetVolume().GetVolumeId()), size)
+	snap, err := p.ctrl.CreateSnapshot(ctx, &csi.CreateSnapshotRequest{Name: "copy-snap", SourceVolumeId: vol.GetVolume().GetVolumeId()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	volID := deriveID(volumePrefix, "copy-restored")
+	volPath := filepath.Join(dataDir, "volumes", volID)
+	go func() {
+		_, _ = p.ctrl.CreateVolume(ctx, &csi.CreateVolumeRequest{
+			Name: "copy-restored", CapacityRange: &csi.CapacityRange{RequiredBytes: size},
+			VolumeCapabilities: []*csi.VolumeCapability{blockCap()},
+			VolumeContentSource: &csi.VolumeContentSource{Type: &csi.VolumeContentSource_Snapshot{
+				Snapshot: &csi.VolumeContentSource_SnapshotSource{SnapshotId: snap.GetSnapshot().GetSnapshotId()},
+			}},
+		})
+	}()
+	if !waitForPath(volPath, 10*time.Second) {
+		t.Fatal("restore copy never started")
+	}
+	p.kill(t)
+
+	p = startDriver(t, bin, dir)
+	if _, err := p.ctrl.ControllerGetVolume(ctx, &csi.ControllerGetVolumeRequest{VolumeId: volID}); err != nil {
+		t.Fatalf("volume recorded before its copy was lost: %v", err)
+	}
+	if hasMarker(t, dataDir, volID) {
+		// Only a finished copy is flushed in the background.
+		for deadline := time.Now().Add(60 * time.Second); hasMarker(t, dataDir, volID); time.Sleep(20 * time.Millisecond) {
+			if time.Now().After(deadline) {
+				t.Fatal("the restarted driver never flushed the restored volume")
+			}
+		}
+	}
+	if !sameFile(t, filepath.Join(dataDir, "snapshots", snap.GetSnapshot().GetSnapshotId()), volPath) {
+		t.Fatal("restored data differs from the snapshot after the restart")
 	}
 }

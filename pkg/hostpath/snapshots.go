@@ -3,6 +3,7 @@ package hostpath
 import (
 	"context"
 	"errors"
+	"io/fs"
 	"os"
 	"sync"
 
@@ -59,50 +60,47 @@ func (s *controllerServer) CreateSnapshot(ctx context.Context, req *csi.CreateSn
 // takeSnapshot copies the source volume's data to the snapshot's data path
 // and records the snapshot. The caller holds the locks of both.
 //
-// The order keeps every crash recoverable: the copy is built under a
-// temporary name and flushed while the record is written to its own flushed
-// temporary file; then the data and the record are renamed into place and
-// both directories flushed together. Recover drops a record whose data is
-// missing and data without a record. Overlapping the flushes costs two
-// journal commits instead of four.
+// The copy is built under a temporary name, its files flushed, and renamed
+// into place. Then one round of flushes makes it durable: the new
+// directories and the entry in snapshots/ are flushed while the record,
+// with the data's manifest, is appended to the record log. Should the
+// machine fail before both finished, Recover finds a record whose data is
+// missing or does not match its manifest and drops it, and removes data
+// without a record. The snapshot is reported only after the round.
 func (d *Driver) takeSnapshot(snap state.Snapshot) error {
 	final := d.snapshotPath(snap.ID)
 	tmp := tempPath(final)
-	for _, p := range []string{tmp, final} {
-		if err := os.RemoveAll(p); err != nil {
+	src := d.volumePath(snap.SourceVolumeID)
+	made, err := d.copier.copyPath(tmp, src)
+	if errors.Is(err, fs.ErrExist) {
+		// Left by an attempt whose cleanup failed; Recover removes it too.
+		if err := os.RemoveAll(tmp); err != nil {
 			return status.Errorf(codes.Internal, "clear stale snapshot data: %v", err)
 		}
+		made, err = d.copier.copyPath(tmp, src)
 	}
-	var staged *state.Staged[state.Snapshot]
-	var stageErr error
-	var wg sync.WaitGroup
-	wg.Go(func() { staged, stageErr = d.snapshots.Stage(snap.ID, snap) })
-	copyErr := d.copier.copyPath(tmp, d.volumePath(snap.SourceVolumeID))
-	wg.Wait()
-	if err := errors.Join(copyErr, stageErr); err != nil {
+	if err == nil {
+		err = rename(tmp, final)
+	}
+	if err != nil {
 		_ = os.RemoveAll(tmp)
-		if staged != nil {
-			staged.Abort()
-		}
 		return status.Errorf(codes.Internal, "copy volume data: %v", err)
 	}
-	if err := os.Rename(tmp, final); err != nil {
-		_ = os.RemoveAll(tmp)
-		staged.Abort()
-		return status.Errorf(codes.Internal, "install snapshot data: %v", err)
-	}
-	if err := staged.Commit(); err != nil {
-		_ = removeData(final)
-		return status.Errorf(codes.Internal, "record snapshot: %v", err)
-	}
-	var dataErr, recErr error
+	snap.Manifest = &made.manifest
+	var flushErr error
+	var wg sync.WaitGroup
 	if d.opts.Sync {
-		wg.Go(func() { dataErr = state.SyncDir(snapshotsDir(d.opts.DataDir)) })
+		wg.Go(func() { flushErr = flushTree(final, made) })
 	}
-	recErr = d.snapshots.SyncDir()
+	recErr := d.snapshots.Put(snap.ID, snap)
 	wg.Wait()
-	if err := errors.Join(dataErr, recErr); err != nil {
-		return status.Errorf(codes.Internal, "flush snapshot: %v", err)
+	if recErr != nil {
+		_ = removeData(final)
+		return status.Errorf(codes.Internal, "record snapshot: %v", recErr)
+	}
+	if flushErr != nil {
+		_ = d.deleteSnapshot(snap.ID)
+		return status.Errorf(codes.Internal, "flush snapshot: %v", flushErr)
 	}
 	return nil
 }

@@ -1,17 +1,31 @@
 // Package state persists the hostpath driver's records (volumes, snapshots,
-// group snapshots) so that a restart, even after SIGKILL or power loss, finds
-// every object the driver ever acknowledged.
+// group snapshots, pending restores) so that a restart, even after SIGKILL
+// or power loss, finds every object the driver ever acknowledged.
 //
 // Invariants:
-//   - Every record lives in its own file <dir>/<kind>/<id>.json. A file is
-//     only ever replaced whole: written to a temporary file in the same
-//     directory, flushed with fsync, renamed over the old name, and the
-//     directory is flushed. A reader therefore sees the old record or the new
-//     one, never a mix. Concurrent writers share directory flushes (see
-//     SyncDir), never the temporary file's own flush.
-//   - The in-memory index is updated only after the file write succeeded, so
-//     what the driver answers from memory is always on disk.
-//   - Temporary files left by a crash are removed by Open.
+//   - All records of a driver live in one append-only file, the record log
+//     (<dir>/records.log, see log.go): a magic string, then frames of
+//     body length, CRC-32C of the body, and the body (put or delete, table,
+//     ID, JSON value). A change is acknowledged only once the write holding
+//     its frame, and with sync the fdatasync after it, have finished.
+//     Concurrent changes share one write and one flush (group commit).
+//   - Nothing is written after a frame before that frame is flushed, so
+//     after a crash only the tail can be torn. Open keeps the frames up to
+//     the first one that is incomplete or fails its checksum and drops the
+//     rest; those were never acknowledged.
+//   - After a failed write or flush the log refuses every later change
+//     until it is opened again: the file's state is then unknown, and a
+//     flush that is retried may report success for data it lost.
+//   - The log is compacted, at Open and whenever it has grown to several
+//     times the size of its live records, by writing the live records to a
+//     temporary file, flushing it, renaming it over the log and flushing the
+//     directory. A crash leaves the old log or the new one; temporary files
+//     are removed by Open.
+//   - A table's in-memory index changes only after its change is in the
+//     log, so what the driver answers from memory is on disk.
+//   - Records of the earlier layout, one file per record below
+//     <dir>/<table>/, are moved into the log when their table is opened;
+//     the old files are removed only once the log holding them is durable.
 package state
 
 import (
@@ -27,53 +41,33 @@ import (
 )
 
 const (
-	recordSuffix = ".json"
+	legacySuffix = ".json"
 	tempPrefix   = ".tmp-"
 )
 
-// Table is a durable map from ID to record of type T, one file per record.
-// It is safe for concurrent use; callers serialise changes to one ID with
-// their own per-ID locks.
+// Table is a durable map from ID to record of type T, kept in a Log under
+// the table's name. It is safe for concurrent use; callers serialise
+// changes to one ID with their own per-ID locks.
 type Table[T any] struct {
-	dir  string
-	sync bool
+	log  *Log
+	name string
 
 	mu      sync.RWMutex
 	records map[string]T
 }
 
-// OpenTable loads every record below dir, creating dir if needed, and
-// removes temporary files left by an interrupted write. With sync false the
-// table skips fsync: records still replace each other atomically (safe
-// against a process crash) but may be lost on power failure.
-func OpenTable[T any](dir string, sync bool) (*Table[T], error) {
-	if err := os.MkdirAll(dir, 0o750); err != nil {
-		return nil, fmt.Errorf("create state dir: %w", err)
+// OpenTable loads the records named name from log. Records that an earlier
+// version kept as files in the directory name next to the log are moved
+// into the log first.
+func OpenTable[T any](log *Log, name string) (*Table[T], error) {
+	if err := importLegacy[T](log, name); err != nil {
+		return nil, err
 	}
-	entries, err := os.ReadDir(dir)
-	if err != nil {
-		return nil, fmt.Errorf("read state dir: %w", err)
-	}
-	t := &Table[T]{dir: dir, sync: sync, records: map[string]T{}}
-	for _, e := range entries {
-		name := e.Name()
-		if strings.HasPrefix(name, tempPrefix) {
-			if err := os.Remove(filepath.Join(dir, name)); err != nil {
-				return nil, fmt.Errorf("remove stale temp file: %w", err)
-			}
-			continue
-		}
-		id, ok := strings.CutSuffix(name, recordSuffix)
-		if !ok || e.IsDir() {
-			continue
-		}
-		data, err := os.ReadFile(filepath.Join(dir, name))
-		if err != nil {
-			return nil, fmt.Errorf("read record %s: %w", name, err)
-		}
+	t := &Table[T]{log: log, name: name, records: map[string]T{}}
+	for id, data := range log.records(name) {
 		var rec T
 		if err := json.Unmarshal(data, &rec); err != nil {
-			return nil, fmt.Errorf("decode record %s: %w", name, err)
+			return nil, fmt.Errorf("decode %s record %s: %w", name, id, err)
 		}
 		t.records[id] = rec
 	}
@@ -129,99 +123,127 @@ func (t *Table[T]) Find(match func(T) bool) (T, bool) {
 
 // Put durably stores rec under id, replacing any previous record.
 func (t *Table[T]) Put(id string, rec T) error {
-	data, err := json.Marshal(rec)
+	c, err := t.PutChange(id, rec)
 	if err != nil {
-		return fmt.Errorf("encode record %s: %w", id, err)
-	}
-	if err := WriteFileAtomic(filepath.Join(t.dir, id+recordSuffix), data, t.sync); err != nil {
 		return err
 	}
-	t.mu.Lock()
-	t.records[id] = rec
-	t.mu.Unlock()
-	return nil
-}
-
-// Staged is a record written to a temporary file and flushed, but not yet
-// in place. Commit renames it into place; the caller then flushes the
-// directory with Table.SyncDir before relying on it. Staging lets a caller
-// overlap the record's flush with other I/O.
-type Staged[T any] struct {
-	t    *Table[T]
-	id   string
-	rec  T
-	temp string
-}
-
-// Stage writes rec for id to a flushed temporary file.
-func (t *Table[T]) Stage(id string, rec T) (*Staged[T], error) {
-	data, err := json.Marshal(rec)
-	if err != nil {
-		return nil, fmt.Errorf("encode record %s: %w", id, err)
-	}
-	temp, err := writeTemp(t.dir, id+recordSuffix, data, t.sync)
-	if err != nil {
-		return nil, err
-	}
-	return &Staged[T]{t: t, id: id, rec: rec, temp: temp}, nil
-}
-
-// Commit renames the staged record into place and updates the index.
-func (s *Staged[T]) Commit() error {
-	if err := os.Rename(s.temp, filepath.Join(s.t.dir, s.id+recordSuffix)); err != nil {
-		_ = os.Remove(s.temp)
-		return fmt.Errorf("rename temp file: %w", err)
-	}
-	s.t.mu.Lock()
-	s.t.records[s.id] = s.rec
-	s.t.mu.Unlock()
-	return nil
-}
-
-// Abort removes the staged record's temporary file.
-func (s *Staged[T]) Abort() { _ = os.Remove(s.temp) }
-
-// SyncDir flushes the table's directory when the table syncs.
-func (t *Table[T]) SyncDir() error {
-	if !t.sync {
-		return nil
-	}
-	return SyncDir(t.dir)
+	return t.log.Commit(c)
 }
 
 // Delete durably removes the record stored under id. Deleting a missing
 // record is not an error.
 func (t *Table[T]) Delete(id string) error {
-	err := os.Remove(filepath.Join(t.dir, id+recordSuffix))
-	if err != nil && !errors.Is(err, fs.ErrNotExist) {
-		return fmt.Errorf("remove record %s: %w", id, err)
+	if _, ok := t.Get(id); !ok {
+		return nil
 	}
-	if t.sync {
-		if err := SyncDir(t.dir); err != nil {
-			return err
-		}
+	return t.log.Commit(t.DeleteChange(id))
+}
+
+// Change is a put or delete of one record, made by Table.PutChange or
+// Table.DeleteChange, that takes effect when Log.Commit or
+// Log.CommitNoFlush writes it.
+type Change struct {
+	change
+	// apply updates the table in memory once the change is in the log.
+	apply func()
+}
+
+// PutChange prepares storing rec under id.
+func (t *Table[T]) PutChange(id string, rec T) (Change, error) {
+	data, err := json.Marshal(rec)
+	if err != nil {
+		return Change{}, fmt.Errorf("encode %s record %s: %w", t.name, id, err)
 	}
-	t.mu.Lock()
-	delete(t.records, id)
-	t.mu.Unlock()
+	return Change{
+		change: change{key: recordKey{table: t.name, id: id}, value: data},
+		apply: func() {
+			t.mu.Lock()
+			t.records[id] = rec
+			t.mu.Unlock()
+		},
+	}, nil
+}
+
+// DeleteChange prepares removing the record stored under id.
+func (t *Table[T]) DeleteChange(id string) Change {
+	return Change{
+		change: change{key: recordKey{table: t.name, id: id}},
+		apply: func() {
+			t.mu.Lock()
+			delete(t.records, id)
+			t.mu.Unlock()
+		},
+	}
+}
+
+// Commit durably writes changes, possibly of several tables, in order and
+// with one write: after a crash the log holds a prefix of them. Then it
+// applies them to their tables.
+func (l *Log) Commit(changes ...Change) error { return l.commitChanges(true, changes) }
+
+// CommitNoFlush is Commit without the flush: the changes survive a killed
+// process but may be lost, after the changes committed before them, on
+// power failure. A later Commit flushes them too.
+func (l *Log) CommitNoFlush(changes ...Change) error { return l.commitChanges(false, changes) }
+
+func (l *Log) commitChanges(flush bool, changes []Change) error {
+	raw := make([]change, len(changes))
+	for i, c := range changes {
+		raw[i] = c.change
+	}
+	if err := l.commit(flush, raw...); err != nil {
+		return err
+	}
+	for _, c := range changes {
+		c.apply()
+	}
 	return nil
 }
 
-// WriteFileAtomic replaces path with data: it writes a temporary file in the
-// same directory, flushes it (when sync is true), renames it over path and
-// flushes the directory.
-func WriteFileAtomic(path string, data []byte, sync bool) error {
-	dir := filepath.Dir(path)
-	temp, err := writeTemp(dir, filepath.Base(path), data, sync)
+// importLegacy moves the records of table that an earlier version kept as
+// <log dir>/<table>/<id>.json into the log, then removes those files and
+// the directory. A crash in between leaves files that the next import
+// writes again, unchanged. A file that does not decode as T is an error.
+func importLegacy[T any](log *Log, table string) error {
+	dir := filepath.Join(log.dir, table)
+	entries, err := os.ReadDir(dir)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil
+	}
 	if err != nil {
-		return err
+		return fmt.Errorf("read legacy state dir: %w", err)
 	}
-	if err := os.Rename(temp, path); err != nil {
-		_ = os.Remove(temp)
-		return fmt.Errorf("rename temp file: %w", err)
+	var changes []change
+	for _, e := range entries {
+		id, ok := strings.CutSuffix(e.Name(), legacySuffix)
+		if !ok || e.IsDir() || strings.HasPrefix(e.Name(), tempPrefix) {
+			continue
+		}
+		data, err := os.ReadFile(filepath.Join(dir, e.Name()))
+		if err != nil {
+			return fmt.Errorf("read legacy record %s: %w", e.Name(), err)
+		}
+		var rec T
+		if err := json.Unmarshal(data, &rec); err != nil {
+			return fmt.Errorf("decode legacy record %s/%s: %w", table, e.Name(), err)
+		}
+		// Compact the JSON so the log holds what Put would write.
+		value, err := json.Marshal(rec)
+		if err != nil {
+			return fmt.Errorf("encode legacy record %s/%s: %w", table, e.Name(), err)
+		}
+		changes = append(changes, change{key: recordKey{table: table, id: id}, value: value})
 	}
-	if sync {
-		return SyncDir(dir)
+	if len(changes) > 0 {
+		if err := log.commit(true, changes...); err != nil {
+			return err
+		}
+	}
+	if err := os.RemoveAll(dir); err != nil {
+		return fmt.Errorf("remove legacy state dir: %w", err)
+	}
+	if log.sync {
+		return SyncDir(log.dir)
 	}
 	return nil
 }

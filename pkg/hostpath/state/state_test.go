@@ -1,53 +1,392 @@
 package state
 
 import (
+	"encoding/json"
+	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
+	"sync"
 	"testing"
 )
 
-func TestTablePersistsAndCleansTempFiles(t *testing.T) {
-	dir := t.TempDir()
-	tab, err := OpenTable[Volume](dir, true)
+// openVolumes opens the log in dir and its volumes table.
+func openVolumes(t *testing.T, dir string) (*Log, *Table[Volume]) {
+	t.Helper()
+	l, err := OpenLog(dir, true)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := tab.Put("vol-a", Volume{ID: "vol-a", CapacityBytes: 7}); err != nil {
+	t.Cleanup(func() { _ = l.Close() })
+	tab, err := OpenTable[Volume](l, "volumes")
+	if err != nil {
 		t.Fatal(err)
 	}
-	if err := tab.Put("vol-b", Volume{ID: "vol-b"}); err != nil {
-		t.Fatal(err)
-	}
-	if err := tab.Delete("vol-b"); err != nil {
-		t.Fatal(err)
-	}
-	// A write torn by a crash leaves only a temp file behind.
-	if err := os.WriteFile(filepath.Join(dir, tempPrefix+"vol-c.json-123"), []byte(`{"id":`), 0o600); err != nil {
-		t.Fatal(err)
-	}
+	return l, tab
+}
 
-	again, err := OpenTable[Volume](dir, true)
+func logPath(dir string) string { return filepath.Join(dir, logName) }
+
+func logSize(t *testing.T, dir string) int64 {
+	t.Helper()
+	info, err := os.Stat(logPath(dir))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got, ok := again.Get("vol-a"); !ok || got.CapacityBytes != 7 {
-		t.Fatalf("vol-a = %v, %t", got, ok)
+	return info.Size()
+}
+
+func TestTablePersistsPutsAndDeletes(t *testing.T) {
+	dir := t.TempDir()
+	l, tab := openVolumes(t, dir)
+	snaps, err := OpenTable[Snapshot](l, "snapshots")
+	if err != nil {
+		t.Fatal(err)
 	}
-	if ids := again.IDs(); len(ids) != 1 {
+	for _, err := range []error{
+		tab.Put("vol-a", Volume{ID: "vol-a", CapacityBytes: 7}),
+		tab.Put("vol-b", Volume{ID: "vol-b"}),
+		tab.Put("vol-a", Volume{ID: "vol-a", CapacityBytes: 8}),
+		tab.Delete("vol-b"),
+		tab.Delete("vol-never"),
+		// The same ID in another table is another record.
+		snaps.Put("vol-a", Snapshot{ID: "vol-a", SizeBytes: 3}),
+	} {
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	_ = l.Close()
+
+	l2, again := openVolumes(t, dir)
+	if got, ok := again.Get("vol-a"); !ok || got.CapacityBytes != 8 {
+		t.Fatalf("vol-a = %v, %t; want the second put", got, ok)
+	}
+	if ids := again.IDs(); !slices.Equal(ids, []string{"vol-a"}) {
 		t.Fatalf("IDs = %v, want only vol-a", ids)
 	}
-	entries, _ := os.ReadDir(dir)
-	if len(entries) != 1 {
-		t.Fatalf("dir holds %d entries, want the one record", len(entries))
+	snaps2, err := OpenTable[Snapshot](l2, "snapshots")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, ok := snaps2.Get("vol-a"); !ok || got.SizeBytes != 3 {
+		t.Fatalf("snapshot vol-a = %v, %t", got, ok)
+	}
+	// Open compacted the outdated frames away: one frame per live record.
+	want := int64(len(logMagic)) + l2.liveBytes
+	if got := logSize(t, dir); got != want {
+		t.Fatalf("log holds %d bytes after open, want %d", got, want)
 	}
 }
 
-func TestOpenTableRejectsCorruptRecord(t *testing.T) {
+// TestOpenDropsTornOrCorruptTail cuts or damages the last frame in every
+// way a crash or bad sector could and checks that Open keeps all earlier
+// records, drops the damaged one and accepts appends afterwards.
+func TestOpenDropsTornOrCorruptTail(t *testing.T) {
+	cases := []struct {
+		name   string
+		damage func(data []byte, last int) []byte
+	}{
+		{name: "torn header", damage: func(d []byte, last int) []byte { return d[:last+3] }},
+		{name: "torn body", damage: func(d []byte, last int) []byte { return d[:len(d)-5] }},
+		{name: "checksum mismatch", damage: func(d []byte, last int) []byte { d[len(d)-2] ^= 0xff; return d }},
+		{name: "zeroed", damage: func(d []byte, last int) []byte { clear(d[last:]); return d }},
+		{name: "huge length", damage: func(d []byte, last int) []byte { d[last+3] = 0x7f; return d }},
+		{name: "garbage after", damage: func(d []byte, last int) []byte { return append(d, 1, 2, 3, 4, 5, 6, 7, 8, 9) }},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			dir := t.TempDir()
+			l, tab := openVolumes(t, dir)
+			if err := tab.Put("vol-a", Volume{ID: "vol-a"}); err != nil {
+				t.Fatal(err)
+			}
+			last := int(logSize(t, dir))
+			if err := tab.Put("vol-b", Volume{ID: "vol-b"}); err != nil {
+				t.Fatal(err)
+			}
+			_ = l.Close()
+			data, err := os.ReadFile(logPath(dir))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := os.WriteFile(logPath(dir), tc.damage(data, last), 0o600); err != nil {
+				t.Fatal(err)
+			}
+
+			l2, again := openVolumes(t, dir)
+			wantIDs := []string{"vol-a"}
+			if tc.name == "garbage after" {
+				wantIDs = []string{"vol-a", "vol-b"}
+			}
+			if ids := again.IDs(); !slices.Equal(ids, wantIDs) {
+				t.Fatalf("IDs = %v, want %v", ids, wantIDs)
+			}
+			if l2.Dropped() == 0 {
+				t.Fatal("Dropped() = 0 after a damaged tail")
+			}
+			if err := again.Put("vol-c", Volume{ID: "vol-c"}); err != nil {
+				t.Fatal(err)
+			}
+			_ = l2.Close()
+			_, third := openVolumes(t, dir)
+			if ids := third.IDs(); !slices.Contains(ids, "vol-c") || !slices.Contains(ids, "vol-a") {
+				t.Fatalf("after an append past the cut, IDs = %v", ids)
+			}
+		})
+	}
+}
+
+func TestOpenRejectsForeignFileAndMalformedFrame(t *testing.T) {
 	dir := t.TempDir()
-	if err := os.WriteFile(filepath.Join(dir, "vol-a.json"), []byte("{"), 0o600); err != nil {
+	if err := os.WriteFile(logPath(dir), []byte("not a log at all"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := OpenTable[Volume](dir, false); err == nil {
-		t.Fatal("corrupt record accepted")
+	if _, err := OpenLog(dir, false); err == nil {
+		t.Fatal("a file without the magic was opened as a log")
+	}
+	// A frame whose checksum holds but whose body does not decode is not a
+	// torn write: Open must refuse it rather than drop records after it.
+	body := encodeBody(change{key: recordKey{table: "volumes", id: "vol-a"}, value: []byte("{}")})
+	body[0] = 9 // no such operation
+	bad := appendFramed([]byte(logMagic), body)
+	if err := os.WriteFile(logPath(dir), bad, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := OpenLog(dir, false); err == nil {
+		t.Fatal("a malformed frame with a valid checksum was accepted")
+	}
+}
+
+func TestLogCompactsWhenItGrows(t *testing.T) {
+	dir := t.TempDir()
+	l, tab := openVolumes(t, dir)
+	big := Volume{ID: "vol-a", Parameters: map[string]string{"pad": string(make([]byte, 4000))}}
+	for i := range 1000 {
+		big.CapacityBytes = int64(i)
+		if err := tab.Put("vol-a", big); err != nil {
+			t.Fatal(err)
+		}
+		if err := tab.Put(fmt.Sprintf("vol-%d", i%3), Volume{CapacityBytes: int64(i)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// 1000 frames of 4 KiB were appended; the live records need about 4 KiB.
+	if size := logSize(t, dir); size > compactMinBytes+64<<10 {
+		t.Fatalf("log is %d bytes; it was never compacted", size)
+	}
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(entries) != 1 {
+		t.Fatalf("state dir holds %d entries, want only the log", len(entries))
+	}
+	_ = l.Close()
+	_, again := openVolumes(t, dir)
+	if got, _ := again.Get("vol-a"); got.CapacityBytes != 999 {
+		t.Fatalf("vol-a after compaction = %d, want 999", got.CapacityBytes)
+	}
+	if got, _ := again.Get("vol-0"); got.CapacityBytes != 999 {
+		t.Fatalf("vol-0 after compaction = %d, want 999", got.CapacityBytes)
+	}
+}
+
+// TestConcurrentCommitsShareFlushes puts from many goroutines at once: all
+// records must survive and the log must have written fewer batches than
+// records.
+func TestConcurrentCommitsShareFlushes(t *testing.T) {
+	dir := t.TempDir()
+	l, tab := openVolumes(t, dir)
+	const writers, each = 16, 20
+	var wg sync.WaitGroup
+	errs := make([]error, writers)
+	for w := range writers {
+		wg.Go(func() {
+			for i := range each {
+				id := fmt.Sprintf("vol-%d-%d", w, i)
+				if err := tab.Put(id, Volume{ID: id}); err != nil {
+					errs[w] = err
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	for _, err := range errs {
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	l.mu.Lock()
+	batches := l.done
+	l.mu.Unlock()
+	if batches >= writers*each {
+		t.Fatalf("%d batches for %d records: no commit was shared", batches, writers*each)
+	}
+	_ = l.Close()
+	_, again := openVolumes(t, dir)
+	if n := len(again.IDs()); n != writers*each {
+		t.Fatalf("%d records after reopen, want %d", n, writers*each)
+	}
+}
+
+func TestFailedFlushFailsLaterCommits(t *testing.T) {
+	dir := t.TempDir()
+	l, tab := openVolumes(t, dir)
+	// Closing the file under the log makes the next write fail.
+	_ = l.f.Close()
+	if err := tab.Put("vol-a", Volume{ID: "vol-a"}); err == nil {
+		t.Fatal("put on a broken log succeeded")
+	}
+	if err := tab.Put("vol-b", Volume{ID: "vol-b"}); err == nil {
+		t.Fatal("put after a failed flush succeeded")
+	}
+	if _, ok := tab.Get("vol-a"); ok {
+		t.Fatal("a failed put changed the table")
+	}
+}
+
+// TestOpenTableImportsLegacyFiles writes records in the one-file-per-record
+// layout of earlier versions and checks that opening moves them into the
+// log, removes the old files, and that nothing is lost on the next open.
+func TestOpenTableImportsLegacyFiles(t *testing.T) {
+	dir := t.TempDir()
+	legacy := filepath.Join(dir, "volumes")
+	if err := os.MkdirAll(legacy, 0o750); err != nil {
+		t.Fatal(err)
+	}
+	for _, v := range []Volume{{ID: "vol-a", CapacityBytes: 1}, {ID: "vol-b", CapacityBytes: 2}} {
+		data, _ := json.Marshal(v)
+		if err := os.WriteFile(filepath.Join(legacy, v.ID+legacySuffix), data, 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// A write torn by a crash in the old layout left only a temp file.
+	if err := os.WriteFile(filepath.Join(legacy, tempPrefix+"vol-c.json-123"), []byte(`{"id":`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	l, tab := openVolumes(t, dir)
+	if ids := tab.IDs(); !slices.Equal(ids, []string{"vol-a", "vol-b"}) {
+		t.Fatalf("IDs after import = %v", ids)
+	}
+	if _, err := os.Stat(legacy); !os.IsNotExist(err) {
+		t.Fatalf("legacy dir left after import: %v", err)
+	}
+	_ = l.Close()
+	_, again := openVolumes(t, dir)
+	if got, ok := again.Get("vol-b"); !ok || got.CapacityBytes != 2 {
+		t.Fatalf("vol-b after reopen = %v, %t", got, ok)
+	}
+}
+
+func TestOpenTableRejectsCorruptLegacyRecord(t *testing.T) {
+	dir := t.TempDir()
+	if err := os.MkdirAll(filepath.Join(dir, "volumes"), 0o750); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "volumes", "vol-a.json"), []byte("{"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	l, err := OpenLog(dir, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	if _, err := OpenTable[Volume](l, "volumes"); err == nil {
+		t.Fatal("corrupt legacy record accepted")
+	}
+	if _, err := os.Stat(filepath.Join(dir, "volumes", "vol-a.json")); err != nil {
+		t.Fatalf("the corrupt record was removed: %v", err)
+	}
+}
+
+func TestLiveIDsReadsWithoutChanging(t *testing.T) {
+	dir := t.TempDir()
+	_, tab := openVolumes(t, dir)
+	for _, id := range []string{"vol-b", "vol-a", "vol-c"} {
+		if err := tab.Put(id, Volume{ID: id}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := tab.Delete("vol-c"); err != nil {
+		t.Fatal(err)
+	}
+	before := logSize(t, dir)
+	ids, err := LiveIDs(dir, "volumes")
+	if err != nil || !slices.Equal(ids, []string{"vol-a", "vol-b"}) {
+		t.Fatalf("LiveIDs = %v, %v", ids, err)
+	}
+	if after := logSize(t, dir); after != before {
+		t.Fatalf("LiveIDs changed the log from %d to %d bytes", before, after)
+	}
+}
+
+// TestCommitWritesChangesOfSeveralTablesInOrder commits a change to two
+// tables at once and checks that a torn write keeps a prefix of the batch;
+// a change committed without a flush is still read back.
+func TestCommitWritesChangesOfSeveralTablesInOrder(t *testing.T) {
+	dir := t.TempDir()
+	l, vols := openVolumes(t, dir)
+	markers, err := OpenTable[PendingRestore](l, "restores")
+	if err != nil {
+		t.Fatal(err)
+	}
+	before := logSize(t, dir)
+	m, err := markers.PutChange("vol-a", PendingRestore{VolumeID: "vol-a"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	v, err := vols.PutChange("vol-a", Volume{ID: "vol-a"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := l.Commit(m, v); err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := vols.Get("vol-a"); !ok {
+		t.Fatal("a committed change was not applied to its table")
+	}
+	batch, err := os.ReadFile(logPath(dir))
+	if err != nil {
+		t.Fatal(err)
+	}
+	copied, err := markers.PutChange("vol-a", PendingRestore{VolumeID: "vol-a", Copied: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := l.CommitNoFlush(copied); err != nil {
+		t.Fatal(err)
+	}
+	_ = l.Close()
+
+	l2, err := OpenLog(dir, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := OpenTable[PendingRestore](l2, "restores")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if m, ok := got.Get("vol-a"); !ok || !m.Copied {
+		t.Fatalf("marker after reopen = %v, %t; want the unflushed update", m, ok)
+	}
+	_ = l2.Close()
+
+	// Cut the log inside the batch's second frame: the first must survive.
+	markerFrame := frameSize(recordKey{table: "restores", id: "vol-a"}, m.value)
+	if err := os.WriteFile(logPath(dir), batch[:before+markerFrame+3], 0o600); err != nil {
+		t.Fatal(err)
+	}
+	l3, vols3 := openVolumes(t, dir)
+	markers3, err := OpenTable[PendingRestore](l3, "restores")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := markers3.Get("vol-a"); !ok {
+		t.Fatal("the first change of a torn batch was lost")
+	}
+	if _, ok := vols3.Get("vol-a"); ok {
+		t.Fatal("the torn second change of a batch was read")
 	}
 }

@@ -48,6 +48,19 @@ type Snapshot struct {
 	GroupSnapshotID string            `json:"groupSnapshotID,omitempty"`
 	Topology        map[string]string `json:"topology,omitempty"`
 	CreatedAt       time.Time         `json:"createdAt"`
+	// Manifest summarises the snapshot's data. The record may reach the
+	// disk before the data's directories do; after a power failure the
+	// driver keeps only snapshots whose data still matches it. Records
+	// from before manifests were kept have none.
+	Manifest *Manifest `json:"manifest,omitempty"`
+}
+
+// Manifest summarises a data tree: the number of directories, regular
+// files and symlinks in it (the root included) and the regular files' total
+// size.
+type Manifest struct {
+	Entries int64 `json:"entries"`
+	Bytes   int64 `json:"bytes"`
 }
 
 // GroupSnapshot is the persisted record of a volume group snapshot. Its
@@ -66,7 +79,11 @@ type GroupSnapshot struct {
 type PendingRestore struct {
 	VolumeID   string `json:"volumeID"`
 	SnapshotID string `json:"snapshotID"`
-	// BootID is the kernel's boot ID when the copy was made. The copy is
-	// complete in the page cache as long as the kernel has not restarted.
+	// BootID is the kernel's boot ID when the copy was made. A finished
+	// copy is complete in the device or the page cache as long as the
+	// kernel has not restarted.
 	BootID string `json:"bootID"`
+	// Copied is set, without a flush, once the copy has finished. Without
+	// it the copy may be incomplete.
+	Copied bool `json:"copied,omitempty"`
 }
