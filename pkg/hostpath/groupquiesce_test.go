@@ -74,10 +74,10 @@ func TestGroupSnapshotWhileWriting(t *testing.T) {
 		want  string
 		snaps int
 	}{
-		{name: "signal", want: "process", snaps: 30},
-		{name: "forking writer", forking: true, want: "process", snaps: 10},
-		{name: "cgroup2", cgroup: "/sys/fs/cgroup/unified", want: "cgroup2", snaps: 15},
-		{name: "cgroup1 freezer", cgroup: "/sys/fs/cgroup/freezer", want: "cgroup1", snaps: 15},
+		{name: "signal", want: "process", snaps: 12},
+		{name: "forking writer", forking: true, want: "process", snaps: 8},
+		{name: "cgroup2", cgroup: "/sys/fs/cgroup/unified", want: "cgroup2", snaps: 8},
+		{name: "cgroup1 freezer", cgroup: "/sys/fs/cgroup/freezer", want: "cgroup1", snaps: 8},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			cgroup := ""
@@ -90,12 +90,14 @@ func TestGroupSnapshotWhileWriting(t *testing.T) {
 }
 
 func testGroupSnapshotWhileWriting(t *testing.T, cgroup string, forking bool, want string, snaps int) {
-	e := newTestEnv(t, func(o *Options) { o.GroupSnapshotQuiesce = !*quiesceOff })
+	// Without fsync: what is tested is one instant, and flushing every copy would load the disk
+	// of a machine that runs the control-plane tests beside this one.
+	e := newTestEnv(t, func(o *Options) { o.GroupSnapshotQuiesce = !*quiesceOff; o.Sync = false })
 	kinds := recordTargets(e.d.quiesce)
 	a := e.createVolume(t, "a", 256<<20, mountCap()).GetVolumeId()
 	b := e.createVolume(t, "b", 1<<20, blockCap()).GetVolumeId()
 	// "0pad" sorts before "counter": A's counter is copied last.
-	if err := os.WriteFile(filepath.Join(e.d.volumePath(a), "0pad"), randomBytes(t, 96<<20), 0o644); err != nil {
+	if err := os.WriteFile(filepath.Join(e.d.volumePath(a), "0pad"), randomBytes(t, 32<<20), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	if err := os.WriteFile(filepath.Join(e.d.volumePath(a), "counter"), []byte(fmt.Sprintf("%020d\n", 0)), 0o644); err != nil {

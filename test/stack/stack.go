@@ -44,7 +44,8 @@ type Options struct {
 	Chart Chart
 	// Controllers is the number of snapshot-controller processes (leader election); default 1.
 	Controllers int
-	// LeaseDuration, RenewDeadline and RetryPeriod time leader election; defaults 4s, 3s, 500ms.
+	// LeaseDuration, RenewDeadline and RetryPeriod time leader election; defaults 8s, 6s, 500ms
+	// (a renewal survives a few seconds of a loaded machine; a takeover stays quick).
 	LeaseDuration, RenewDeadline, RetryPeriod time.Duration
 	// Verbosity is the components' klog level; default 2.
 	Verbosity int
@@ -143,7 +144,7 @@ func withDefaults(o Options) Options {
 		o.Controllers = 1
 	}
 	if o.LeaseDuration == 0 {
-		o.LeaseDuration, o.RenewDeadline, o.RetryPeriod = 4*time.Second, 3*time.Second, 500*time.Millisecond
+		o.LeaseDuration, o.RenewDeadline, o.RetryPeriod = 8*time.Second, 6*time.Second, 500*time.Millisecond
 	}
 	if o.Verbosity == 0 {
 		o.Verbosity = 2
