@@ -13,6 +13,7 @@ import (
 
 	"k8s.io/klog/v2"
 
+	"github.com/shutter-csi/shutter/pkg/app"
 	"github.com/shutter-csi/shutter/pkg/sidecar"
 )
 
@@ -32,6 +33,7 @@ func main() {
 		fmt.Println("csi-snapshotter", version)
 		return
 	}
+	app.TuneRuntime(opts.HTTP.Profiling)
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
 	logger := klog.Background()
@@ -60,7 +62,7 @@ func parseFlags(args []string) (sidecar.Options, bool, error) {
 	fs.DurationVar(&opts.RetryIntervalStart, "retry-interval-start", opts.RetryIntervalStart, "First retry delay after a failure; doubles per retry.")
 	fs.DurationVar(&opts.RetryIntervalMax, "retry-interval-max", opts.RetryIntervalMax, "Longest retry delay.")
 	fs.DurationVar(&opts.ResyncPeriod, "resync-period", opts.ResyncPeriod, "How often every object is looked at again; 0 disables.")
-	fs.StringVar(&opts.HTTPEndpoint, "http-endpoint", "", "Address serving /metrics and /healthz/leader-election, e.g. :8080; empty serves nothing.")
+	opts.HTTP.AddFlags(fs, "Address serving /metrics and /healthz/leader-election, e.g. :8080; empty serves nothing.")
 	showVersion := fs.Bool("version", false, "Print the version and exit.")
 	opts.Client.AddFlags(fs, opts.Client.QPS, opts.Client.Burst)
 	opts.LeaderElection.AddFlags(fs)

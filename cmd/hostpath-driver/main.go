@@ -66,6 +66,13 @@ func parseFlags(args []string) (hostpath.Options, error) {
 			"direct I/O is refused) and flush it in the background; the volume is recorded as pending until then: NodeStage/NodePublish wait\n"+
 			"for the flush, a killed driver flushes a finished copy again at start and otherwise, as after a power failure, copies it from its\n"+
 			"snapshot again, so torn data is never served. false flushes before returning")
+	fs.BoolVar(&opts.GroupSnapshotQuiesce, "group-snapshot-quiesce", opts.GroupSnapshotQuiesce,
+		"stop the processes that use a group snapshot's volumes while they are copied, so that the members show one instant\n"+
+			"even while workloads write: processes in other mount namespaces than the driver's and the host's that mount a member\n"+
+			"(as a pod's bind mount of a published volume does) or hold a file in one; their cgroup is frozen when it holds nothing else\n"+
+			"(cgroup v2 cgroup.freeze or the v1 freezer), otherwise they get SIGSTOP and SIGCONT. Needs root and the node's PID namespace")
+	fs.DurationVar(&opts.GroupSnapshotQuiesceTimeout, "group-snapshot-quiesce-timeout", opts.GroupSnapshotQuiesceTimeout,
+		"longest time processes stay stopped for one group snapshot; a copy that takes longer resumes them and fails with Unavailable")
 	fs.StringVar(&opts.Version, "version-string", opts.Version, "vendor version reported by GetPluginInfo")
 	klogFlags := flag.NewFlagSet("klog", flag.ContinueOnError)
 	klog.InitFlags(klogFlags)

@@ -5,6 +5,7 @@ import (
 	"os/exec"
 	"strings"
 	"testing"
+	"time"
 )
 
 func TestParseFlags(t *testing.T) {
@@ -21,6 +22,7 @@ func TestParseFlags(t *testing.T) {
 		{name: "unknown flag", args: []string{"--nodeid=n1", "--colour=red"}, wantErr: "flag provided but not defined"},
 		{name: "bad number", args: []string{"--nodeid=n1", "--capacity=lots"}, wantErr: "invalid value"},
 		{name: "stray argument", args: []string{"--nodeid=n1", "extra"}, wantErr: "unexpected arguments"},
+		{name: "zero quiesce timeout", args: []string{"--nodeid=n1", "--group-snapshot-quiesce-timeout=0s"}, wantErr: "--group-snapshot-quiesce-timeout"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -29,7 +31,8 @@ func TestParseFlags(t *testing.T) {
 				if err != nil {
 					t.Fatal(err)
 				}
-				if opts.NodeID != "n1" || !opts.EnableAttach || opts.MaxVolumesPerNode != 3 || opts.DriverName != "hostpath.csi.shutter.dev" {
+				if opts.NodeID != "n1" || !opts.EnableAttach || opts.MaxVolumesPerNode != 3 || opts.DriverName != "hostpath.csi.shutter.dev" ||
+					!opts.GroupSnapshotQuiesce || opts.GroupSnapshotQuiesceTimeout != time.Minute {
 					t.Fatalf("options = %+v", opts)
 				}
 				return
@@ -58,7 +61,8 @@ func TestBinaryUsage(t *testing.T) {
 		t.Fatalf("--help: %v\n%s", err, out.String())
 	}
 	for _, f := range []string{"-endpoint", "-nodeid", "-drivername", "-datadir", "-capacity", "-max-volume-size",
-		"-enable-topology", "-enable-attach", "-max-volumes-per-node", "-enable-snapshot-metadata", "-mutable-parameters", "-fsync", "-v "} {
+		"-enable-topology", "-enable-attach", "-max-volumes-per-node", "-enable-snapshot-metadata", "-mutable-parameters", "-fsync",
+		"-group-snapshot-quiesce\n", "-group-snapshot-quiesce-timeout", "-v "} {
 		if !strings.Contains(out.String(), f) {
 			t.Errorf("--help does not document %s", f)
 		}

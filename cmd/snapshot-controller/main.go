@@ -16,6 +16,7 @@ import (
 
 	"k8s.io/klog/v2"
 
+	"github.com/shutter-csi/shutter/pkg/app"
 	"github.com/shutter-csi/shutter/pkg/snapshot"
 	"github.com/shutter-csi/shutter/pkg/version"
 )
@@ -28,7 +29,7 @@ func main() {
 	// API Priority and Fairness protects the server. See the README.
 	opts.Client.AddFlags(fs, 200, 400)
 	opts.LeaderElection.AddFlags(fs)
-	fs.StringVar(&opts.HTTPEndpoint, "http-endpoint", "", "Address (host:port) serving /metrics, /healthz and /healthz/leader-election; empty serves nothing.")
+	opts.HTTP.AddFlags(fs, "Address (host:port) serving /metrics, /healthz and /healthz/leader-election; empty serves nothing.")
 	fs.DurationVar(&opts.RetryCRDIntervalMax, "retry-crd-interval-max", 30*time.Second, "Longest wait between checks for the snapshot CRDs at start; past it the controller exits.")
 	fs.IntVar(&opts.Controller.Workers, "worker-threads", 10, "Workers per queue.")
 	fs.DurationVar(&opts.Controller.Retry.RetryStart, "retry-interval-start", time.Second, "First retry delay of a failed object; doubles on each failure.")
@@ -51,6 +52,7 @@ func main() {
 
 	opts.Controller.Groups = gates["CSIVolumeGroupSnapshot"]
 
+	app.TuneRuntime(opts.HTTP.Profiling)
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	logger := klog.Background().WithName(snapshot.Name)

@@ -2,12 +2,19 @@ package app
 
 import (
 	"context"
+	"errors"
 	"io"
 	"net"
 	"net/http"
+	"net/http/httptest"
+	"os"
+	"runtime"
+	"runtime/debug"
 	"strings"
 	"testing"
 	"time"
+
+	"k8s.io/client-go/rest"
 )
 
 func TestServeHTTP(t *testing.T) {
@@ -20,7 +27,9 @@ func TestServeHTTP(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	elector := NewElector(LeaderElectionOptions{RenewDeadline: time.Second}, "test")
-	go func() { done <- ServeHTTP(ctx, addr, Registry(), elector.Check()) }()
+	go func() {
+		done <- ServeHTTP(ctx, HTTPOptions{Endpoint: addr, Profiling: true}, Registry(), elector.Check())
+	}()
 
 	get := func(path string) (int, string) {
 		var resp *http.Response
@@ -40,7 +49,7 @@ func TestServeHTTP(t *testing.T) {
 	if code, body := get("/metrics"); code != 200 || !strings.Contains(body, "go_goroutines") {
 		t.Errorf("/metrics: %d %.80s", code, body)
 	}
-	for _, path := range []string{"/healthz", "/healthz/leader-election"} {
+	for _, path := range []string{"/healthz", "/healthz/leader-election", "/debug/pprof/heap"} {
 		if code, _ := get(path); code != 200 {
 			t.Errorf("%s: %d", path, code)
 		}
@@ -48,5 +57,54 @@ func TestServeHTTP(t *testing.T) {
 	cancel()
 	if err := <-done; err != nil {
 		t.Errorf("shutdown: %v", err)
+	}
+}
+
+func TestProtobufCopiesConfig(t *testing.T) {
+	cfg := &rest.Config{Host: "https://127.0.0.1:6443", QPS: 7}
+	pb := Protobuf(cfg)
+	if pb.ContentType != "application/vnd.kubernetes.protobuf" || pb.QPS != 7 || pb.Host != cfg.Host {
+		t.Errorf("protobuf config %+v", pb)
+	}
+	if cfg.ContentType != "" || cfg.AcceptContentTypes != "" {
+		t.Errorf("the original config changed: %+v", cfg)
+	}
+}
+
+func TestHealthCheckFailure(t *testing.T) {
+	mux := http.NewServeMux()
+	InstallHealthChecks(mux, HealthCheck{Name: "broken", Check: func(*http.Request) error { return errors.New("no lease") }})
+	for path, want := range map[string]int{"/healthz": 500, "/healthz/broken": 500, "/healthz/ping": 200} {
+		rec := httptest.NewRecorder()
+		mux.ServeHTTP(rec, httptest.NewRequest(http.MethodGet, path, nil))
+		if rec.Code != want {
+			t.Errorf("%s: %d %q, want %d", path, rec.Code, rec.Body.String(), want)
+		}
+		if want == 500 && !strings.Contains(rec.Body.String(), "[-]broken failed: no lease") {
+			t.Errorf("%s: body %q", path, rec.Body.String())
+		}
+	}
+}
+
+func TestTuneRuntime(t *testing.T) {
+	defer debug.SetGCPercent(debug.SetGCPercent(100))
+	defer func(rate int) { runtime.MemProfileRate = rate }(runtime.MemProfileRate)
+	t.Setenv("GOGC", "")
+	os.Unsetenv("GOGC")
+	TuneRuntime(true)
+	if runtime.MemProfileRate == 0 {
+		t.Error("heap profile sampling off although profiling is served")
+	}
+	TuneRuntime(false)
+	if runtime.MemProfileRate != 0 {
+		t.Error("heap profile sampling on without profiling")
+	}
+	if got := debug.SetGCPercent(100); got != DefaultGCPercent {
+		t.Errorf("GOGC unset: percent %d, want %d", got, DefaultGCPercent)
+	}
+	t.Setenv("GOGC", "100")
+	TuneRuntime(false)
+	if got := debug.SetGCPercent(100); got != 100 {
+		t.Errorf("GOGC=100 set: percent %d, want it left alone", got)
 	}
 }

@@ -3,6 +3,8 @@ package controller
 import (
 	"context"
 	"errors"
+	"fmt"
+	"slices"
 	"testing"
 	"time"
 
@@ -71,9 +73,6 @@ func TestWrites(t *testing.T) {
 	if got := w.Latest(listed); got != own {
 		t.Error("a newer own write must win over a stale lister copy")
 	}
-	if !w.Caused(obj("a", "1", "7")) || w.Caused(obj("a", "1", "8")) {
-		t.Error("Caused must match exactly the recorded resourceVersion")
-	}
 	if got, ok := w.Get(Key{Name: "a"}); !ok || got != own {
 		t.Error("Get must return the recorded write")
 	}
@@ -87,6 +86,51 @@ func TestWrites(t *testing.T) {
 	w.Record(obj("b", "1", "7"))
 	if got := w.Latest(obj("b", "2", "3")); got.UID != "u2" {
 		t.Error("a recreated object (new uid) must not be shadowed by the old one's write")
+	}
+}
+
+func TestWritesObserve(t *testing.T) {
+	w := NewWrites[*metav1.ObjectMeta]().WithTrim(func(o *metav1.ObjectMeta) *metav1.ObjectMeta {
+		o.ManagedFields = nil
+		return o
+	})
+	own := obj("a", "1", "7")
+	own.ManagedFields = []metav1.ManagedFieldsEntry{{Manager: "m"}}
+	w.Record(own)
+	if got, _ := w.Get(Key{Name: "a"}); got.ManagedFields != nil {
+		t.Error("a recorded write was not trimmed")
+	}
+	if w.Observe(obj("a", "1", "6")) {
+		t.Error("an older event is not the own write")
+	}
+	if _, ok := w.Get(Key{Name: "a"}); !ok {
+		t.Error("the own write was dropped before the informer caught up with it")
+	}
+	if w.Observe(obj("a", "2", "7")) {
+		t.Error("an object with another uid is not the own write")
+	}
+	if !w.Observe(obj("a", "1", "7")) {
+		t.Error("the event of the own write must be recognised")
+	}
+	if _, ok := w.Get(Key{Name: "a"}); ok {
+		t.Error("the own write must be dropped once the informer delivered it")
+	}
+	w.Record(obj("b", "1", "7"))
+	if w.Observe(obj("b", "1", "8")) {
+		t.Error("a newer write by someone else is not the own write")
+	}
+	if _, ok := w.Get(Key{Name: "b"}); ok {
+		t.Error("the own write must be dropped once the informer is past it")
+	}
+	now := metav1.Now()
+	released := obj("c", "1", "5")
+	released.DeletionTimestamp = &now
+	w.Record(released)
+	listed := obj("c", "1", "5")
+	listed.DeletionTimestamp, listed.Finalizers = &now, []string{"f"}
+	w.Observe(listed)
+	if _, ok := w.Get(Key{Name: "c"}); !ok {
+		t.Error("the release of the last finalizer must be kept until the deletion arrives")
 	}
 }
 
@@ -128,6 +172,41 @@ func TestHandlerDropsNoOps(t *testing.T) {
 	for i := range want {
 		if added[i] != want[i] {
 			t.Fatalf("added %v, want %v", added, want)
+		}
+	}
+}
+
+func TestHandlerInitialList(t *testing.T) {
+	var added, initial []string
+	h := HandlerWithInitialList(nil,
+		func(o *metav1.ObjectMeta) { added = append(added, o.Name) },
+		func(o *metav1.ObjectMeta) { initial = append(initial, o.Name) })
+	h.OnAdd(obj("listed", "1", "1"), true)
+	h.OnAdd(obj("new", "2", "2"), false)
+	if !slices.Equal(initial, []string{"listed"}) || !slices.Equal(added, []string{"new"}) {
+		t.Errorf("initial %v, added %v", initial, added)
+	}
+}
+
+func TestAddPacedLetsNewKeysThrough(t *testing.T) {
+	q := NewQueue[string]("paced", Options{}, func(context.Context, string) error { return nil })
+	defer q.ShutDown()
+	start := time.Now()
+	for i := range 5000 {
+		q.AddPaced(fmt.Sprintf("listed-%d", i))
+	}
+	q.Add("new")
+	// The paced keys trickle in one per paceInterval: the new key comes after those due by now
+	// (adding 5,000 keys takes a while itself), not after all 5,000.
+	due := int(time.Since(start)/paceInterval) + 50
+	for i := 0; ; i++ {
+		key, _ := q.queue.Get()
+		q.queue.Done(key)
+		if key == "new" {
+			if i > due {
+				t.Errorf("the new key came after %d paced keys, want at most %d", i, due)
+			}
+			return
 		}
 	}
 }

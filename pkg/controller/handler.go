@@ -13,10 +13,25 @@ import (
 // update with an unchanged resourceVersion (an informer resync), an update that this component
 // caused itself (written is its own-write cache; nil for none), and objects of other types.
 // Deletions seen only as tombstones are unwrapped, so none is lost.
-func Handler[T metav1.Object](written *Writes[T], add func(T)) cache.ResourceEventHandlerFuncs {
-	return cache.ResourceEventHandlerFuncs{
-		AddFunc: func(obj any) {
+func Handler[T metav1.Object](written *Writes[T], add func(T)) cache.ResourceEventHandlerDetailedFuncs {
+	return HandlerWithInitialList(written, add, add)
+}
+
+// HandlerWithInitialList is Handler with another function, initial, for the objects of the
+// informer's first list. At start every object of every kind is queued by its own informer, so
+// initial needs to queue only the object itself, not the objects that depend on it: after a
+// restart with thousands of objects, that halves the backlog a new object waits behind.
+func HandlerWithInitialList[T metav1.Object](written *Writes[T], add, initial func(T)) cache.ResourceEventHandlerDetailedFuncs {
+	return cache.ResourceEventHandlerDetailedFuncs{
+		AddFunc: func(obj any, isInInitialList bool) {
 			if o, ok := obj.(T); ok {
+				if written != nil {
+					written.Observe(o)
+				}
+				if isInInitialList {
+					initial(o)
+					return
+				}
 				add(o)
 			}
 		},
@@ -26,7 +41,7 @@ func Handler[T metav1.Object](written *Writes[T], add func(T)) cache.ResourceEve
 			if !ok1 || !ok2 || o.GetResourceVersion() == n.GetResourceVersion() {
 				return
 			}
-			if written != nil && written.Caused(n) {
+			if written != nil && written.Observe(n) {
 				return
 			}
 			add(n)

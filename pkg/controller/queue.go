@@ -45,7 +45,15 @@ type Queue[K comparable] struct {
 	name  string
 	queue workqueue.TypedRateLimitingInterface[K]
 	sync  SyncFunc[K]
+
+	// paceMu guards nextPaced, the time at which the next paced key is due.
+	paceMu    sync.Mutex
+	nextPaced time.Time
 }
+
+// paceInterval spaces the keys of AddPaced: 10,000 objects listed at start are queued over a
+// second, slower than the workers take them, so the queue stays short.
+const paceInterval = 100 * time.Microsecond
 
 // NewQueue makes a queue whose workers call sync. Its name shows in workqueue metrics and logs.
 func NewQueue[K comparable](name string, opts Options, sync SyncFunc[K]) *Queue[K] {
@@ -74,6 +82,22 @@ func (q *Queue[K]) Name() string { return q.name }
 
 // Add queues key now.
 func (q *Queue[K]) Add(key K) { q.queue.Add(key) }
+
+// AddPaced queues a key of a bulk of routine work (an informer's first list) at most one per
+// paceInterval. Keys added with Add meanwhile, the changes happening now, are then taken after
+// a few paced keys instead of after the whole bulk: a snapshot created right after a restart
+// with thousands of objects is not kept waiting while all of them are looked at again.
+func (q *Queue[K]) AddPaced(key K) {
+	q.paceMu.Lock()
+	now := time.Now()
+	at := q.nextPaced
+	if at.Before(now) {
+		at = now
+	}
+	q.nextPaced = at.Add(paceInterval)
+	q.paceMu.Unlock()
+	q.queue.AddAfter(key, at.Sub(now))
+}
 
 // AddAfter queues key after d.
 func (q *Queue[K]) AddAfter(key K, d time.Duration) { q.queue.AddAfter(key, d) }

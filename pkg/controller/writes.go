@@ -14,6 +14,8 @@ import (
 type Writes[T metav1.Object] struct {
 	mu      sync.Mutex
 	objects map[Key]T
+	// trim, when set, cuts a recorded object down as the informer's transform cuts its copies.
+	trim func(T) T
 }
 
 // NewWrites makes an empty own-write cache.
@@ -21,11 +23,40 @@ func NewWrites[T metav1.Object]() *Writes[T] {
 	return &Writes[T]{objects: map[Key]T{}}
 }
 
+// WithTrim makes the cache keep each recorded object as trim returns it, so that remembered
+// writes cost no more memory than the informer's copies. It returns w.
+func (w *Writes[T]) WithTrim(trim func(T) T) *Writes[T] {
+	w.trim = trim
+	return w
+}
+
 // Record remembers obj, as returned by the API server after this component's write.
 func (w *Writes[T]) Record(obj T) {
+	if w.trim != nil {
+		obj = w.trim(obj)
+	}
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	w.objects[KeyOf(obj)] = obj
+}
+
+// Observe is called with each object the informer delivers. It tells whether obj is exactly
+// this component's last write of it, and drops the remembered write once the informer has
+// caught up with it (the lister now serves the same or a newer object), so that the cache holds
+// only writes in flight instead of every object ever written.
+func (w *Writes[T]) Observe(obj T) (caused bool) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	key := KeyOf(obj)
+	own, ok := w.objects[key]
+	if !ok || own.GetUID() != obj.GetUID() {
+		return false
+	}
+	caused = own.GetResourceVersion() == obj.GetResourceVersion()
+	if !newer(own, obj) && !released(own, obj) {
+		delete(w.objects, key)
+	}
+	return caused
 }
 
 // Forget drops what is remembered of obj's key (the object is gone).
@@ -70,17 +101,38 @@ func (w *Writes[T]) Get(key Key) (T, bool) {
 	return obj, ok
 }
 
-// Caused tells whether obj is exactly the result of this component's last write of it.
-func (w *Writes[T]) Caused(obj T) bool {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	own, ok := w.objects[KeyOf(obj)]
-	return ok && own.GetUID() == obj.GetUID() && own.GetResourceVersion() == obj.GetResourceVersion()
-}
-
 // newer tells whether a's resourceVersion is later than b's. Versions that cannot be compared
 // count as not newer, so the lister's copy wins.
 func newer(a, b metav1.Object) bool {
 	cmp, err := resourceversion.CompareResourceVersion(a.GetResourceVersion(), b.GetResourceVersion())
 	return err == nil && cmp > 0
+}
+
+// lastApplied is the annotation in which kubectl apply keeps a copy of the whole object.
+const lastApplied = "kubectl.kubernetes.io/last-applied-configuration"
+
+// TrimMeta drops what no reconciler reads from an object's metadata, its managedFields and
+// kubectl's last-applied copy, which are most of a small object's memory. It is an informer
+// transform (cache.TransformFunc) and, through Trimmed, a trim for Writes.
+func TrimMeta(obj any) (any, error) {
+	if accessor, ok := obj.(metav1.ObjectMetaAccessor); ok {
+		m := accessor.GetObjectMeta()
+		m.SetManagedFields(nil)
+		if a := m.GetAnnotations(); a[lastApplied] != "" {
+			delete(a, lastApplied)
+			m.SetAnnotations(a)
+		}
+	}
+	return obj, nil
+}
+
+// Trimmed adapts an informer transform to Writes.WithTrim.
+func Trimmed[T any](transform func(any) (any, error)) func(T) T {
+	return func(obj T) T {
+		out, err := transform(obj)
+		if err != nil {
+			return obj
+		}
+		return out.(T)
+	}
 }

@@ -13,8 +13,9 @@ import (
 	"time"
 
 	"k8s.io/apiserver/pkg/server/dynamiccertificates"
-	"k8s.io/apiserver/pkg/server/healthz"
 	"k8s.io/klog/v2"
+
+	"github.com/shutter-csi/shutter/pkg/app"
 )
 
 // ConvertPath is where the webhook serves ConversionReviews.
@@ -61,7 +62,7 @@ func Serve(ctx context.Context, ln net.Listener, opts Options) error {
 
 	mux := http.NewServeMux()
 	mux.Handle(ConvertPath, Handler())
-	healthz.InstallHandler(mux, healthz.PingHealthz)
+	app.InstallHealthChecks(mux)
 	srv := &http.Server{
 		Handler:           mux,
 		ReadHeaderTimeout: 10 * time.Second,

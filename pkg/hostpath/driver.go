@@ -71,6 +71,7 @@ type Driver struct {
 	locks           *idLocks
 	copier          copier
 	restores        *restoreSyncer
+	quiesce         *quiescer
 	// now is the clock; tests may replace it.
 	now func() time.Time
 
@@ -126,6 +127,14 @@ func New(ctx context.Context, opts Options) (*Driver, error) {
 	if err := d.openState(ctx); err != nil {
 		return nil, err
 	}
+	d.quiesce = newQuiescer(opts)
+	if opts.GroupSnapshotQuiesce && os.Geteuid() != 0 {
+		klog.FromContext(ctx).Info("Group snapshots are not quiesced: finding and stopping the processes that use volumes needs root")
+		d.quiesce.enabled = false
+	}
+	if err := d.quiesce.recover(ctx); err != nil {
+		return nil, fmt.Errorf("recover state: %w", err)
+	}
 	if err := d.recover(ctx); err != nil {
 		return nil, fmt.Errorf("recover state: %w", err)
 	}
@@ -179,6 +188,7 @@ func (d *Driver) Serve(ctx context.Context, lis net.Listener) error {
 	logger.Info("Serving CSI", "endpoint", lis.Addr().String(), "driver", d.opts.DriverName, "node", d.opts.NodeID)
 	select {
 	case err := <-errCh:
+		d.quiesce.endAll()
 		return err
 	case <-ctx.Done():
 	}
@@ -187,6 +197,7 @@ func (d *Driver) Serve(ctx context.Context, lis net.Listener) error {
 	select {
 	case <-stopped:
 	case <-time.After(10 * time.Second):
+		d.quiesce.endAll()
 		srv.Stop()
 	}
 	d.restores.drain()

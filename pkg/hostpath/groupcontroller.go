@@ -3,7 +3,6 @@ package hostpath
 import (
 	"context"
 	"slices"
-	"sync"
 
 	"github.com/container-storage-interface/spec/lib/go/csi"
 	"google.golang.org/grpc/codes"
@@ -17,7 +16,10 @@ import (
 // groupControllerServer implements the CSI GroupController service.
 //
 // A group snapshot is cut while the driver holds the locks of every member
-// volume, all members are copied concurrently and share one creation time.
+// volume and, with Options.GroupSnapshotQuiesce, while the processes that
+// use the members are stopped, so that no workload write lands in one
+// member's copy and not in another's. All members are copied concurrently
+// and share one creation time.
 // Its member records are written first and the group record last; Recover
 // removes members whose group record is missing, so a crash never leaves a
 // half-made group.
@@ -62,11 +64,12 @@ func (s *groupControllerServer) CreateVolumeGroupSnapshot(ctx context.Context, r
 		}
 		return &csi.CreateVolumeGroupSnapshotResponse{GroupSnapshot: s.d.csiGroup(g)}, nil
 	}
-	g, err := s.d.cutGroup(gid, req.GetName(), sources)
+	g, quiesced, err := s.d.cutGroup(ctx, gid, req.GetName(), sources)
 	if err != nil {
 		return nil, err
 	}
-	klog.FromContext(ctx).V(2).Info("Created group snapshot", "groupSnapshotID", gid, "volumes", sources)
+	klog.FromContext(ctx).V(2).Info("Created group snapshot", "groupSnapshotID", gid, "volumes", sources,
+		"quiescedProcesses", quiesced.Processes, "stoppingTook", quiesced.Stopping, "frozenFor", quiesced.Frozen)
 	return &csi.CreateVolumeGroupSnapshotResponse{GroupSnapshot: s.d.csiGroup(g)}, nil
 }
 
@@ -90,32 +93,36 @@ func checkGroupSources(ids []string) ([]string, error) {
 // memberID is the ID of the snapshot of volume vol inside group gid.
 func memberID(gid, vol string) string { return deriveID(snapshotPrefix, "group member", gid, vol) }
 
-// cutGroup copies every member volume concurrently, then writes the member
-// records and finally the group record. On failure nothing is left behind.
-func (d *Driver) cutGroup(gid, name string, sources []string) (state.GroupSnapshot, error) {
+// cutGroup copies every member volume concurrently, with the processes
+// that use them stopped (quiesce.go), then writes the member records and
+// finally the group record. On failure nothing is left behind.
+func (d *Driver) cutGroup(ctx context.Context, gid, name string, sources []string) (state.GroupSnapshot, quiesceResult, error) {
 	created := d.now().UTC()
 	members := make([]state.Snapshot, 0, len(sources))
+	paths := make([]string, 0, len(sources))
 	for _, v := range sources {
 		vol, err := d.lookupVolume("source_volume_ids", v)
 		if err != nil {
-			return state.GroupSnapshot{}, err
+			return state.GroupSnapshot{}, quiesceResult{}, err
 		}
 		members = append(members, state.Snapshot{
 			ID: memberID(gid, v), Name: name + "/" + v, SourceVolumeID: v, AccessType: vol.AccessType,
 			SizeBytes: vol.CapacityBytes, GroupSnapshotID: gid, Topology: vol.Topology, CreatedAt: created,
 		})
+		paths = append(paths, d.volumePath(v))
 	}
-	errs := make([]error, len(members))
-	var wg sync.WaitGroup
+	jobs := make([]func() error, len(members))
 	for i, m := range members {
-		wg.Go(func() { errs[i] = d.takeSnapshot(m) })
+		jobs[i] = func() error { return d.takeSnapshot(m) }
 	}
-	wg.Wait()
+	quiesced, errs, err := d.quiesce.run(ctx, paths, jobs)
 	g := state.GroupSnapshot{ID: gid, Name: name, SourceVolumeIDs: sources, CreatedAt: created}
 	for _, m := range members {
 		g.SnapshotIDs = append(g.SnapshotIDs, m.ID)
 	}
-	err := firstError(errs)
+	if err == nil {
+		err = firstError(errs)
+	}
 	if err == nil {
 		err = d.groups.Put(gid, g)
 	}
@@ -123,9 +130,9 @@ func (d *Driver) cutGroup(gid, name string, sources []string) (state.GroupSnapsh
 		for _, m := range members {
 			_ = d.deleteSnapshot(m.ID)
 		}
-		return state.GroupSnapshot{}, status.Errorf(status.Code(err), "cut group snapshot: %v", err)
+		return state.GroupSnapshot{}, quiesced, status.Errorf(status.Code(err), "cut group snapshot: %v", status.Convert(err).Message())
 	}
-	return g, nil
+	return g, quiesced, nil
 }
 
 func firstError(errs []error) error {

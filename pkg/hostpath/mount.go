@@ -1,10 +1,8 @@
 package hostpath
 
 import (
-	"bufio"
 	"errors"
 	"fmt"
-	"os"
 	"strconv"
 	"strings"
 
@@ -44,20 +42,16 @@ func unmountAll(target string) error {
 // /proc/self/mountinfo (bind mounts of the same filesystem share st_dev, so
 // comparing with the parent does not work).
 func isMountPoint(path string) (bool, error) {
-	f, err := os.Open("/proc/self/mountinfo")
+	mounts, err := readMountInfo("/proc/self/mountinfo")
 	if err != nil {
 		return false, err
 	}
-	defer f.Close()
-	sc := bufio.NewScanner(f)
-	sc.Buffer(make([]byte, 64<<10), 1<<20)
-	for sc.Scan() {
-		fields := strings.Fields(sc.Text())
-		if len(fields) > 4 && unescapeMountPath(fields[4]) == path {
+	for _, m := range mounts {
+		if m.MountPoint == path {
 			return true, nil
 		}
 	}
-	return false, sc.Err()
+	return false, nil
 }
 
 // unescapeMountPath undoes the octal escapes (\040 for space and so on)

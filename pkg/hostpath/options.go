@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"path/filepath"
 	"strings"
+	"time"
 )
 
 // DefaultDriverName is the CSI driver name used when none is configured.
@@ -51,6 +52,13 @@ type Options struct {
 	// failure the volume is copied from its snapshot again, so no torn data
 	// is ever served (restore.go).
 	BackgroundRestoreSync bool
+	// GroupSnapshotQuiesce stops the processes that use a group snapshot's
+	// member volumes while the members are copied, so that the members
+	// show one instant even while workloads write (quiesce.go).
+	GroupSnapshotQuiesce bool
+	// GroupSnapshotQuiesceTimeout bounds how long those processes stay
+	// stopped; a copy that takes longer fails and is retried.
+	GroupSnapshotQuiesceTimeout time.Duration
 }
 
 // DefaultOptions returns the defaults the command line starts from.
@@ -67,6 +75,9 @@ func DefaultOptions() Options {
 		Sync:              true,
 
 		BackgroundRestoreSync: true,
+
+		GroupSnapshotQuiesce:        true,
+		GroupSnapshotQuiesceTimeout: time.Minute,
 	}
 }
 
@@ -93,6 +104,9 @@ func (o Options) Validate() error {
 	}
 	if o.MaxVolumesPerNode < 0 {
 		errs = append(errs, errors.New("--max-volumes-per-node must not be negative"))
+	}
+	if o.GroupSnapshotQuiesceTimeout <= 0 {
+		errs = append(errs, errors.New("--group-snapshot-quiesce-timeout must be positive"))
 	}
 	return errors.Join(errs...)
 }

@@ -159,11 +159,20 @@ func TestContentTransitions(t *testing.T) {
 		{name: "delete: backend snapshot deleted with the annotated secret", content: newContent(name, markedDeleted, withStatus("h", true),
 			withAnn(protocol.AnnDeletionSecretName, "del"), withAnn(protocol.AnnDeletionSecretNamespace, "ns")),
 			objs:      []runtime.Object{newSecret("ns", "del")},
-			wantRoute: "done", wantCalls: []string{"DeleteSnapshot"}, wantPatches: []string{"status", ""},
+			wantRoute: "done", wantCalls: []string{"DeleteSnapshot"}, wantPatches: []string{""},
 			check: func(t *testing.T, got content, f *fixture) {
 				released(t, got, f)
-				if got.Status.SnapshotHandle != nil || f.csi.Secrets["DeleteSnapshot"]["key"] != "ns/del" {
-					t.Errorf("status %+v, secrets %v", got.Status, f.csi.Secrets["DeleteSnapshot"])
+				if f.csi.Secrets["DeleteSnapshot"]["key"] != "ns/del" {
+					t.Errorf("secrets %v", f.csi.Secrets["DeleteSnapshot"])
+				}
+			}},
+		{name: "delete: handle cleared first when another finalizer keeps the object",
+			content:   newContent(name, markedDeleted, withStatus("h", true), withAnn(protocol.AnnDeletionSecretName, "del"), withAnn(protocol.AnnDeletionSecretNamespace, "ns"), withOtherFinalizer),
+			objs:      []runtime.Object{newSecret("ns", "del")},
+			wantRoute: "done", wantCalls: []string{"DeleteSnapshot"}, wantPatches: []string{"status", ""},
+			check: func(t *testing.T, got content, f *fixture) {
+				if got.Status.SnapshotHandle != nil || !slices.Equal(got.Finalizers, []string{otherFinalizer}) {
+					t.Errorf("status %+v, finalizers %v", got.Status, got.Finalizers)
 				}
 			}},
 		{name: "delete: waits for being-deleted", content: newContent(name, deleting, withStatus("h", true)), wantRoute: "done", check: unchanged},

@@ -175,6 +175,11 @@ func withAnn(k, v string) contentOption {
 
 func withFinalizer(c content) { c.Finalizers = append(c.Finalizers, protocol.ContentBoundFinalizer) }
 
+// otherFinalizer belongs to someone else and keeps the object after the sidecar releases it.
+const otherFinalizer = "example.com/keep"
+
+func withOtherFinalizer(c content) { c.Finalizers = append(c.Finalizers, otherFinalizer) }
+
 func deleting(c content) {
 	c.DeletionTimestamp = &metav1.Time{Time: time.Now()}
 	withFinalizer(c)

@@ -68,7 +68,7 @@ type reconciler[T object[T]] struct {
 func newReconciler[T object[T]](k kind[T], cfg config, kube kubernetes.Interface, recorder record.EventRecorder, m *metrics) *reconciler[T] {
 	return &reconciler[T]{
 		kind: k, cfg: cfg, kube: kube, recorder: recorder, metrics: m,
-		writes:    controller.NewWrites[T](),
+		writes:    controller.NewWrites[T]().WithTrim(controller.Trimmed[T](controller.TrimMeta)),
 		clock:     clock.RealClock{},
 		readiness: flowcontrol.NewBackOff(cfg.retryStart, cfg.retryMax),
 		failedAt:  map[controller.Key]string{},

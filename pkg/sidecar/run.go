@@ -42,8 +42,8 @@ func (s *sidecar) run(ctx context.Context) {
 	for _, ok := range crds {
 		selectable = selectable && ok
 	}
-	watched := informers.NewSharedInformerFactoryWithOptions(s.snapshots, 0, informers.WithTweakListOptions(s.listOptions(selectable)))
-	classes := informers.NewSharedInformerFactory(s.snapshots, 0)
+	watched := informers.NewSharedInformerFactoryWithOptions(s.snapshots, 0, informers.WithTweakListOptions(s.listOptions(selectable)), informers.WithTransform(controller.TrimMeta))
+	classes := informers.NewSharedInformerFactoryWithOptions(s.snapshots, 0, informers.WithTransform(controller.TrimMeta))
 
 	contents := watched.Snapshot().V1().VolumeSnapshotContents()
 	ck := contentKind{client: s.snapshots, csi: s.csi, contents: contents.Lister(),
@@ -60,7 +60,7 @@ func (s *sidecar) run(ctx context.Context) {
 		logger.Info("The VolumeGroupSnapshotContent CRD is not installed; watching group contents once it is",
 			"checkEvery", groupCRDPoll)
 		// A factory of its own: the CRD that appears later may not declare spec.driver selectable.
-		late := informers.NewSharedInformerFactoryWithOptions(s.snapshots, 0, informers.WithTweakListOptions(s.listOptions(false)))
+		late := informers.NewSharedInformerFactoryWithOptions(s.snapshots, 0, informers.WithTweakListOptions(s.listOptions(false)), informers.WithTransform(controller.TrimMeta))
 		defer late.Shutdown()
 		runs = append(runs, func() { s.runGroupsWhenServed(ctx, late, classes, recorder) })
 	default:

@@ -48,8 +48,8 @@ type Options struct {
 
 	Client         app.ClientOptions
 	LeaderElection app.LeaderElectionOptions
-	// HTTPEndpoint serves /metrics and /healthz/leader-election; empty serves nothing.
-	HTTPEndpoint string
+	// HTTP serves /metrics and /healthz/leader-election.
+	HTTP app.HTTPOptions
 
 	// Config, when set, is used instead of Client (tests wrap its transport).
 	Config *rest.Config
@@ -89,7 +89,7 @@ func Run(ctx context.Context, opts Options) error {
 			return err
 		}
 	}
-	kube, err := kubernetes.NewForConfig(cfg)
+	kube, err := kubernetes.NewForConfig(app.Protobuf(cfg))
 	if err != nil {
 		return err
 	}
@@ -103,7 +103,7 @@ func Run(ctx context.Context, opts Options) error {
 	elector := app.NewElector(opts.LeaderElection, LeaseName(driver.DriverName()))
 	var wg sync.WaitGroup
 	wg.Go(func() {
-		if err := app.ServeHTTP(ctx, opts.HTTPEndpoint, prometheus.Gatherers{reg, csiMetrics.GetRegistry()}, elector.Check()); err != nil {
+		if err := app.ServeHTTP(ctx, opts.HTTP, prometheus.Gatherers{reg, csiMetrics.GetRegistry()}, elector.Check()); err != nil {
 			logger.Error(err, "HTTP endpoint failed")
 		}
 	})

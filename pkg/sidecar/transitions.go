@@ -149,8 +149,10 @@ func (r *reconciler[T]) waitReady(ctx context.Context, obj T) error {
 	return controller.RequeueAfter(r.readiness.Get(key), "snapshot not ready to use")
 }
 
-// deleteBackend deletes the backend snapshot of an object being deleted with policy Delete,
-// clears the handle from status and releases the object.
+// deleteBackend deletes the backend snapshot of an object being deleted with policy Delete and
+// releases the object. The handle is cleared from status first only when another finalizer keeps
+// the object after the release; otherwise nobody could read the cleared status, and a retry
+// after a failed release merely repeats the idempotent DeleteSnapshot.
 func (r *reconciler[T]) deleteBackend(ctx context.Context, obj T) error {
 	secrets, err := r.deletionSecret(ctx, obj)
 	if err != nil {
@@ -168,8 +170,10 @@ func (r *reconciler[T]) deleteBackend(ctx context.Context, obj T) error {
 		return fmt.Errorf("delete backend snapshot %s: %w", handle, err)
 	}
 	klog.FromContext(ctx).V(2).Info("Deleted backend snapshot", "handle", handle)
-	if obj, err = r.write(ctx, obj, r.kind.withoutHandle(obj), statusSubresource); err != nil {
-		return err
+	if len(withoutFinalizer(obj, r.kind.keys().finalizer).GetFinalizers()) > 0 {
+		if obj, err = r.write(ctx, obj, r.kind.withoutHandle(obj), statusSubresource); err != nil {
+			return err
+		}
 	}
 	return r.release(ctx, obj)
 }

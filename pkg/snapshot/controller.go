@@ -55,13 +55,29 @@ type Options struct {
 	StatusGrace time.Duration
 }
 
+// Clients are the controller's API clients. Each has a client-side rate limiter of its own, so
+// that writes to one kind never wait behind a burst of writes to another: a snapshot costs about
+// as many writes to its content as to itself.
+type Clients struct {
+	// Kube reads and patches claims.
+	Kube kubernetes.Interface
+	// Events records events; nil means Kube.
+	Events kubernetes.Interface
+	// Snapshots writes VolumeSnapshots and VolumeGroupSnapshots.
+	Snapshots clientset.Interface
+	// Contents writes VolumeSnapshotContents and VolumeGroupSnapshotContents; nil means Snapshots.
+	Contents clientset.Interface
+}
+
 // Controller reconciles VolumeSnapshots and VolumeSnapshotContents.
 type Controller struct {
-	opts     Options
-	kube     kubernetes.Interface
-	client   clientset.Interface
-	recorder record.EventRecorder
-	clock    clock.PassiveClock
+	opts   Options
+	kube   kubernetes.Interface
+	client clientset.Interface
+	// contentClient writes content objects (see Clients.Contents).
+	contentClient clientset.Interface
+	recorder      record.EventRecorder
+	clock         clock.PassiveClock
 
 	snapshots       snapshotlisters.VolumeSnapshotLister
 	snapshotIndexer cache.Indexer
@@ -86,7 +102,7 @@ type Controller struct {
 }
 
 // New wires the reconcilers to informers from the two factories; start the factories, then Run.
-func New(kube kubernetes.Interface, client clientset.Interface, kubeInformers informers.SharedInformerFactory,
+func New(clients Clients, kubeInformers informers.SharedInformerFactory,
 	snapInformers snapinformers.SharedInformerFactory, recorder record.EventRecorder, opts Options) (*Controller, error) {
 	if opts.Workers <= 0 {
 		opts.Workers = 10
@@ -95,10 +111,14 @@ func New(kube kubernetes.Interface, client clientset.Interface, kubeInformers in
 		opts.StatusGrace = 10 * time.Second
 	}
 	c := &Controller{
-		opts: opts, kube: kube, client: client, recorder: recorder, clock: clock.RealClock{},
-		snapshotWrites: controller.NewWrites[*snapshotv1.VolumeSnapshot](),
-		contentWrites:  controller.NewWrites[*snapshotv1.VolumeSnapshotContent](),
-		claimWrites:    controller.NewWrites[*corev1.PersistentVolumeClaim](),
+		opts: opts, kube: clients.Kube, client: clients.Snapshots, contentClient: clients.Contents,
+		recorder: recorder, clock: clock.RealClock{},
+		snapshotWrites: controller.NewWrites[*snapshotv1.VolumeSnapshot]().WithTrim(controller.Trimmed[*snapshotv1.VolumeSnapshot](trimForCache)),
+		contentWrites:  controller.NewWrites[*snapshotv1.VolumeSnapshotContent]().WithTrim(controller.Trimmed[*snapshotv1.VolumeSnapshotContent](trimForCache)),
+		claimWrites:    controller.NewWrites[*corev1.PersistentVolumeClaim]().WithTrim(controller.Trimmed[*corev1.PersistentVolumeClaim](trimForCache)),
+	}
+	if c.contentClient == nil {
+		c.contentClient = c.client
 	}
 	c.snapshotQueue = controller.NewQueue("volumesnapshot", opts.Retry, c.syncSnapshotKey)
 	c.contentQueue = controller.NewQueue("volumesnapshotcontent", opts.Retry, c.syncContentKey)
@@ -131,10 +151,15 @@ func New(kube kubernetes.Interface, client clientset.Interface, kubeInformers in
 		informer cache.SharedIndexInformer
 		handler  cache.ResourceEventHandler
 	}{
-		{vs.Informer(), controller.Handler(c.snapshotWrites, c.onSnapshot)},
-		{vsc.Informer(), controller.Handler(c.contentWrites, c.onContent)},
-		{pvc.Informer(), controller.Handler(c.claimWrites, c.onClaim)},
-		{class.Informer(), controller.Handler(nil, c.onClass)},
+		{vs.Informer(), controller.HandlerWithInitialList(c.snapshotWrites, c.onSnapshot, func(vs *snapshotv1.VolumeSnapshot) {
+			c.snapshotQueue.AddPaced(controller.KeyOf(vs))
+		})},
+		{vsc.Informer(), controller.HandlerWithInitialList(c.contentWrites, c.onContent, func(vsc *snapshotv1.VolumeSnapshotContent) {
+			c.contentQueue.AddPaced(controller.KeyOf(vsc))
+		})},
+		// Claims and classes only wake snapshots, which their own first list queues.
+		{pvc.Informer(), controller.HandlerWithInitialList(c.claimWrites, c.onClaim, func(*corev1.PersistentVolumeClaim) {})},
+		{class.Informer(), controller.HandlerWithInitialList(nil, c.onClass, func(*snapshotv1.VolumeSnapshotClass) {})},
 	}
 	for _, h := range handlers {
 		if _, err := h.informer.AddEventHandler(h.handler); err != nil {

@@ -53,7 +53,7 @@ func (c *Controller) finalizeSnapshot(ctx context.Context, vs *snapshotv1.Volume
 
 // contentReleaser hands single contents to the sidecar.
 func (c *Controller) contentReleaser() releaser[*snapshotv1.VolumeSnapshotContent] {
-	contents := c.client.SnapshotV1().VolumeSnapshotContents()
+	contents := c.contentClient.SnapshotV1().VolumeSnapshotContents()
 	return releaser[*snapshotv1.VolumeSnapshotContent]{
 		beingCreated: protocol.AnnBeingCreated, beingDeleted: protocol.AnnBeingDeleted,
 		patch: contents.Patch, writes: c.contentWrites, delete: contents.Delete,

@@ -42,8 +42,8 @@ const groupCRDPoll = 30 * time.Second
 func newGroups(c *Controller, factory snapinformers.SharedInformerFactory) (*groups, error) {
 	g := &groups{
 		Controller:     c,
-		snapshotWrites: controller.NewWrites[*groupv1.VolumeGroupSnapshot](),
-		contentWrites:  controller.NewWrites[*groupv1.VolumeGroupSnapshotContent](),
+		snapshotWrites: controller.NewWrites[*groupv1.VolumeGroupSnapshot]().WithTrim(controller.Trimmed[*groupv1.VolumeGroupSnapshot](trimForCache)),
+		contentWrites:  controller.NewWrites[*groupv1.VolumeGroupSnapshotContent]().WithTrim(controller.Trimmed[*groupv1.VolumeGroupSnapshotContent](trimForCache)),
 	}
 	g.snapshotQueue = controller.NewQueue("volumegroupsnapshot", c.opts.Retry, g.syncGroupSnapshotKey)
 	g.contentQueue = controller.NewQueue("volumegroupsnapshotcontent", c.opts.Retry, g.syncGroupContentKey)

@@ -51,7 +51,7 @@ func (g *groups) refersTo(content *groupv1.VolumeGroupSnapshotContent, vgs *grou
 
 // groupReleaser hands group contents to the sidecar.
 func (g *groups) groupReleaser() releaser[*groupv1.VolumeGroupSnapshotContent] {
-	contents := g.client.GroupsnapshotV1().VolumeGroupSnapshotContents()
+	contents := g.contentClient.GroupsnapshotV1().VolumeGroupSnapshotContents()
 	return releaser[*groupv1.VolumeGroupSnapshotContent]{
 		beingCreated: protocol.AnnGroupBeingCreated, beingDeleted: protocol.AnnGroupBeingDeleted,
 		patch: contents.Patch, writes: g.contentWrites, delete: contents.Delete,

@@ -134,7 +134,7 @@ func (g *groups) ensureMemberContent(ctx context.Context, vs *snapshotv1.VolumeS
 		SnapshotHandle: ptr(info.SnapshotHandle), CreationTime: info.CreationTime, RestoreSize: info.RestoreSize,
 		ReadyToUse: ptr(info.ReadyToUse == nil || *info.ReadyToUse), VolumeGroupSnapshotHandle: &handle,
 	}
-	result, err := g.client.SnapshotV1().VolumeSnapshotContents().UpdateStatus(ctx, created, metav1.UpdateOptions{})
+	result, err := g.contentClient.SnapshotV1().VolumeSnapshotContents().UpdateStatus(ctx, created, metav1.UpdateOptions{})
 	if err != nil {
 		return fmt.Errorf("member content %s status: %w", name, err)
 	}

@@ -54,7 +54,7 @@ func (g *groups) provisionGroup(ctx context.Context, vgs *groupv1.VolumeGroupSna
 			protocol.AnnGroupDeletionSecretName: secret.Name, protocol.AnnGroupDeletionSecretNamespace: secret.Namespace,
 		}
 	}
-	created, err := g.client.GroupsnapshotV1().VolumeGroupSnapshotContents().Create(ctx, content, metav1.CreateOptions{})
+	created, err := g.contentClient.GroupsnapshotV1().VolumeGroupSnapshotContents().Create(ctx, content, metav1.CreateOptions{})
 	if apierrors.IsAlreadyExists(err) {
 		return controller.RequeueAfter(0, "group content exists; waiting for the informer")
 	} else if err != nil {

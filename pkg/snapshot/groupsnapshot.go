@@ -86,7 +86,7 @@ func (g *groups) syncBoundGroup(ctx context.Context, vgs *groupv1.VolumeGroupSna
 		updated.Spec.VolumeGroupSnapshotRef.APIVersion = groupv1.SchemeGroupVersion.String()
 		updated.Spec.VolumeGroupSnapshotRef.Kind = "VolumeGroupSnapshot"
 		updated.Finalizers, _ = withFinalizers(updated.Finalizers, []string{protocol.GroupContentBoundFinalizer}, nil)
-		if content, err = patchObject(ctx, g.client.GroupsnapshotV1().VolumeGroupSnapshotContents().Patch, g.contentWrites, content, updated); err != nil {
+		if content, err = patchObject(ctx, g.contentClient.GroupsnapshotV1().VolumeGroupSnapshotContents().Patch, g.contentWrites, content, updated); err != nil {
 			return err
 		}
 	}

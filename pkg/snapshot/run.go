@@ -6,13 +6,12 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
-	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
+	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/record"
 	"k8s.io/klog/v2"
 
@@ -30,8 +29,8 @@ import (
 type RunOptions struct {
 	Client         app.ClientOptions
 	LeaderElection app.LeaderElectionOptions
-	// HTTPEndpoint serves /metrics and /healthz; empty serves nothing.
-	HTTPEndpoint string
+	// HTTP serves /metrics and /healthz.
+	HTTP app.HTTPOptions
 	// RetryCRDIntervalMax caps the backoff while waiting for the snapshot CRDs at start.
 	RetryCRDIntervalMax time.Duration
 	Controller          Options
@@ -47,25 +46,26 @@ func Run(ctx context.Context, opts RunOptions) error {
 	if err != nil {
 		return err
 	}
-	kube, err := kubernetes.NewForConfig(cfg)
+	clients, err := newClients(cfg)
 	if err != nil {
 		return err
 	}
-	client, err := clientset.NewForConfig(cfg)
+	// Lease renewals get a client of their own, so that no burst of writes can delay them.
+	election, err := kubernetes.NewForConfig(app.Protobuf(cfg))
 	if err != nil {
 		return err
 	}
-	if err := waitForCRDs(ctx, kube, opts.RetryCRDIntervalMax); err != nil {
+	if err := waitForCRDs(ctx, clients.Kube, opts.RetryCRDIntervalMax); err != nil {
 		return err
 	}
 	reg := app.Registry()
 	metrics.RegisterWorkqueue(reg)
 	elector := app.NewElector(opts.LeaderElection, Name+"-leader")
 	httpErr := make(chan error, 1)
-	go func() { httpErr <- app.ServeHTTP(ctx, opts.HTTPEndpoint, reg, elector.Check()) }()
+	go func() { httpErr <- app.ServeHTTP(ctx, opts.HTTP, reg, elector.Check()) }()
 
-	err = elector.Run(ctx, kube, func(ctx context.Context) {
-		if err := runController(ctx, kube, client, reg, opts.Controller); err != nil {
+	err = elector.Run(ctx, election, func(ctx context.Context) {
+		if err := runController(ctx, clients, reg, opts.Controller); err != nil {
 			logger.Error(err, "Controller stopped")
 		}
 	})
@@ -75,18 +75,38 @@ func Run(ctx context.Context, opts RunOptions) error {
 	return <-httpErr
 }
 
-func runController(ctx context.Context, kube kubernetes.Interface, client clientset.Interface,
-	reg prometheus.Registerer, opts Options) error {
-	strip := informers.WithTransform(dropManagedFields)
-	kubeInformers := informers.NewSharedInformerFactoryWithOptions(kube, 0, strip)
-	snapInformers := snapinformers.NewSharedInformerFactoryWithOptions(client, 0, snapinformers.WithTransform(dropManagedFields))
+// newClients builds the controller's clients from cfg, each with a rate limiter of its own (see
+// Clients). Built-in kinds are read and written in protobuf.
+func newClients(cfg *rest.Config) (Clients, error) {
+	var c Clients
+	var err error
+	if c.Kube, err = kubernetes.NewForConfig(app.Protobuf(cfg)); err != nil {
+		return c, err
+	}
+	if c.Events, err = kubernetes.NewForConfig(app.Protobuf(cfg)); err != nil {
+		return c, err
+	}
+	if c.Snapshots, err = clientset.NewForConfig(cfg); err != nil {
+		return c, err
+	}
+	c.Contents, err = clientset.NewForConfig(cfg)
+	return c, err
+}
+
+func runController(ctx context.Context, clients Clients, reg prometheus.Registerer, opts Options) error {
+	kube := clients.Kube
+	kubeInformers, snapInformers := InformerFactories(clients)
 
 	broadcaster := record.NewBroadcaster(record.WithContext(ctx))
-	broadcaster.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: kube.CoreV1().Events("")})
+	events := clients.Events
+	if events == nil {
+		events = kube
+	}
+	broadcaster.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: events.CoreV1().Events("")})
 	defer broadcaster.Shutdown()
 	recorder := broadcaster.NewRecorder(EventScheme(), corev1.EventSource{Component: Name})
 
-	c, err := New(kube, client, kubeInformers, snapInformers, recorder, opts)
+	c, err := New(clients, kubeInformers, snapInformers, recorder, opts)
 	if err != nil {
 		return err
 	}
@@ -99,15 +119,6 @@ func runController(ctx context.Context, kube kubernetes.Interface, client client
 	defer kubeInformers.Shutdown()
 	defer snapInformers.Shutdown()
 	return c.Run(ctx)
-}
-
-// dropManagedFields keeps managedFields out of the informer caches: the controller never reads
-// them, and on thousands of objects they are most of the memory.
-func dropManagedFields(obj any) (any, error) {
-	if accessor, ok := obj.(metav1.ObjectMetaAccessor); ok {
-		accessor.GetObjectMeta().SetManagedFields(nil)
-	}
-	return obj, nil
 }
 
 // EventScheme knows the core kinds and the snapshot kinds, for event object references.

@@ -119,7 +119,7 @@ func testController(t *testing.T, objs ...runtime.Object) (*Controller, *kubefak
 	kube, snap := kubefake.NewClientset(kubeObjs...), snapfake.NewSimpleClientset(snapObjs...)
 	kf, sf := informers.NewSharedInformerFactory(kube, 0), snapinformers.NewSharedInformerFactory(snap, 0)
 	recorder := record.NewFakeRecorder(10)
-	c, err := New(kube, snap, kf, sf, recorder, Options{PreventVolumeModeConversion: true})
+	c, err := New(Clients{Kube: kube, Snapshots: snap}, kf, sf, recorder, Options{PreventVolumeModeConversion: true})
 	if err != nil {
 		t.Fatal(err)
 	}

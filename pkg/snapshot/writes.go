@@ -81,11 +81,11 @@ func (c *Controller) updateSnapshotStatus(ctx context.Context, vs *snapshotv1.Vo
 }
 
 func (c *Controller) patchContent(ctx context.Context, old, updated *snapshotv1.VolumeSnapshotContent) (*snapshotv1.VolumeSnapshotContent, error) {
-	return patchObject(ctx, c.client.SnapshotV1().VolumeSnapshotContents().Patch, c.contentWrites, old, updated)
+	return patchObject(ctx, c.contentClient.SnapshotV1().VolumeSnapshotContents().Patch, c.contentWrites, old, updated)
 }
 
 func (c *Controller) createContent(ctx context.Context, content *snapshotv1.VolumeSnapshotContent) (*snapshotv1.VolumeSnapshotContent, error) {
-	result, err := c.client.SnapshotV1().VolumeSnapshotContents().Create(ctx, content, metav1.CreateOptions{})
+	result, err := c.contentClient.SnapshotV1().VolumeSnapshotContents().Create(ctx, content, metav1.CreateOptions{})
 	if err != nil {
 		return nil, fmt.Errorf("create content %s: %w", content.Name, err)
 	}
@@ -96,7 +96,7 @@ func (c *Controller) createContent(ctx context.Context, content *snapshotv1.Volu
 // deleteContent deletes the content if it is still the object with that uid.
 func (c *Controller) deleteContent(ctx context.Context, content *snapshotv1.VolumeSnapshotContent) error {
 	uid := content.UID
-	err := c.client.SnapshotV1().VolumeSnapshotContents().Delete(ctx, content.Name,
+	err := c.contentClient.SnapshotV1().VolumeSnapshotContents().Delete(ctx, content.Name,
 		metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &uid}})
 	if err != nil {
 		return fmt.Errorf("delete content %s: %w", content.Name, ignoreNotFound(err))

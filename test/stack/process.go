@@ -21,6 +21,8 @@ type Process struct {
 	Path string
 	Args []string
 	Dir  string
+	// Env holds extra NAME=value pairs on top of this process's environment.
+	Env []string
 
 	mu   sync.Mutex
 	cmd  *exec.Cmd
@@ -44,6 +46,9 @@ func (p *Process) Start() error {
 	}
 	fmt.Fprintf(log, "=== %s starting at %s: %s %v\n", p.Name, time.Now().Format(time.RFC3339Nano), p.Path, p.Args)
 	cmd := exec.Command(p.Path, p.Args...)
+	if len(p.Env) > 0 {
+		cmd.Env = append(os.Environ(), p.Env...)
+	}
 	cmd.Stdout, cmd.Stderr = log, log
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL, Setpgid: true}
 	if err := cmd.Start(); err != nil {

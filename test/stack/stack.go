@@ -44,13 +44,16 @@ type Options struct {
 	Chart Chart
 	// Controllers is the number of snapshot-controller processes (leader election); default 1.
 	Controllers int
-	// LeaseDuration, RenewDeadline and RetryPeriod time leader election; defaults 4s, 3s, 500ms.
+	// LeaseDuration, RenewDeadline and RetryPeriod time leader election; defaults 8s, 6s, 500ms
+	// (a renewal survives a few seconds of a loaded machine; a takeover stays quick).
 	LeaseDuration, RenewDeadline, RetryPeriod time.Duration
 	// Verbosity is the components' klog level; default 2.
 	Verbosity int
 	// ControllerArgs and SnapshotterArgs are extra flags for the snapshot-controllers and the
 	// sidecar. They come after the stack's own, so they override them (e.g. --kube-api-qps).
 	ControllerArgs, SnapshotterArgs []string
+	// ControllerEnv holds extra NAME=value environment pairs for the snapshot-controllers.
+	ControllerEnv []string
 }
 
 // Stack is the three components running as processes.
@@ -77,9 +80,11 @@ func (s *Stack) DataDir() string { return filepath.Join(s.opts.Dir, "data") }
 func Start(ctx context.Context, opts Options) (s *Stack, err error) {
 	opts = withDefaults(opts)
 	s = &Stack{opts: opts}
+	started := s
 	defer func() {
 		if err != nil {
-			s.Stop()
+			// Stop what was started; s itself is nil on this path.
+			started.Stop()
 		}
 	}()
 	if err := os.MkdirAll(s.DataDir(), 0o700); err != nil {
@@ -121,6 +126,7 @@ func Start(ctx context.Context, opts Options) (s *Stack, err error) {
 			"--kubeconfig=" + controllerKC, "--http-endpoint=" + endpoint(ports[1+i]),
 			"--retry-interval-start=200ms", "--retry-interval-max=5s",
 		}, append(s.leaderElectionArgs(), opts.ControllerArgs...)...)...))
+		s.Controllers[i].Env = opts.ControllerEnv
 	}
 	for i, p := range append([]*Process{s.Snapshotter}, s.Controllers...) {
 		if err := p.Start(); err != nil {
@@ -138,7 +144,7 @@ func withDefaults(o Options) Options {
 		o.Controllers = 1
 	}
 	if o.LeaseDuration == 0 {
-		o.LeaseDuration, o.RenewDeadline, o.RetryPeriod = 4*time.Second, 3*time.Second, 500*time.Millisecond
+		o.LeaseDuration, o.RenewDeadline, o.RetryPeriod = 8*time.Second, 6*time.Second, 500*time.Millisecond
 	}
 	if o.Verbosity == 0 {
 		o.Verbosity = 2

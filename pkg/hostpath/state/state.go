@@ -284,3 +284,23 @@ func writeTemp(dir, base string, data []byte, sync bool) (path string, err error
 	}
 	return f.Name(), nil
 }
+
+// WriteFileAtomic replaces path with data: it writes a temporary file in the
+// same directory, flushes it (when sync is true), renames it over path and
+// flushes the directory. For small files kept outside the log, such as the
+// quiesce journal.
+func WriteFileAtomic(path string, data []byte, sync bool) error {
+	dir := filepath.Dir(path)
+	temp, err := writeTemp(dir, filepath.Base(path), data, sync)
+	if err != nil {
+		return err
+	}
+	if err := os.Rename(temp, path); err != nil {
+		_ = os.Remove(temp)
+		return fmt.Errorf("rename temp file: %w", err)
+	}
+	if sync {
+		return SyncDir(dir)
+	}
+	return nil
+}

@@ -128,7 +128,7 @@ func (b *bench) startStack(ctx context.Context, bin string) error {
 		Admin: b.cluster.Config, Chart: b.chart, Verbosity: b.opts.verbosity,
 		// The chart's leader election timing, so that Lease renewals are as in a cluster.
 		LeaseDuration: 15 * time.Second, RenewDeadline: 10 * time.Second, RetryPeriod: 5 * time.Second,
-		ControllerArgs: b.controllerArgs(), SnapshotterArgs: b.sidecarArgs()})
+		ControllerArgs: b.controllerArgs(), SnapshotterArgs: b.sidecarArgs(), ControllerEnv: b.opts.controllerEnv})
 	if err != nil {
 		return err
 	}
@@ -141,7 +141,8 @@ func (b *bench) startStack(ctx context.Context, bin string) error {
 // the QPS flags when asked for.
 func (b *bench) controllerArgs() []string {
 	args := []string{"--retry-interval-start=1s", "--retry-interval-max=5m"}
-	return append(args, b.qpsArgs()...)
+	args = append(args, b.qpsArgs()...)
+	return append(args, b.opts.controllerFlags...)
 }
 
 // sidecarArgs are the chart's and the binary's defaults (test/stack speeds the sidecar up for

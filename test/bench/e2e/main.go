@@ -32,6 +32,10 @@ type options struct {
 	verbosity  int
 	settle     time.Duration
 	concurrent int
+	// controllerFlags are appended to the controller's arguments.
+	controllerFlags []string
+	// controllerEnv is added to the controller's environment.
+	controllerEnv []string
 }
 
 // results is the JSON file.
@@ -62,6 +66,14 @@ func main() {
 	flag.IntVar(&o.verbosity, "v", 2, "klog level of the components (the chart's default is 2)")
 	flag.DurationVar(&o.settle, "settle", 3*time.Second, "wait after a phase for trailing requests (events) before counting")
 	flag.IntVar(&o.concurrent, "concurrency", 100, "parallel create and delete calls of the benchmark's client")
+	flag.Func("controller-flag", "an extra snapshot-controller flag, e.g. -controller-flag=--profiling (repeatable)", func(v string) error {
+		o.controllerFlags = append(o.controllerFlags, v)
+		return nil
+	})
+	flag.Func("controller-env", "an extra NAME=value environment pair for the snapshot-controller, e.g. GOGC=25 (repeatable)", func(v string) error {
+		o.controllerEnv = append(o.controllerEnv, v)
+		return nil
+	})
 	flag.Parse()
 	if o.n <= 0 {
 		o.n = 200

@@ -18,7 +18,6 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
-	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
 	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
 	"k8s.io/client-go/rest"
@@ -27,7 +26,6 @@ import (
 
 	snapshotv1 "github.com/shutter-csi/shutter/client/apis/volumesnapshot/v1"
 	clientset "github.com/shutter-csi/shutter/client/clientset/versioned"
-	snapinformers "github.com/shutter-csi/shutter/client/informers/externalversions"
 	"github.com/shutter-csi/shutter/pkg/controller"
 	"github.com/shutter-csi/shutter/pkg/snapshot"
 	"github.com/shutter-csi/shutter/test/testenv"
@@ -167,12 +165,12 @@ func startController(t *testing.T, admin *rest.Config) {
 	cfg.Wrap(writes.wrap)
 	kube := kubernetes.NewForConfigOrDie(cfg)
 	client := clientset.NewForConfigOrDie(cfg)
-	kubeInformers := informers.NewSharedInformerFactory(kube, 0)
-	snapInformers := snapinformers.NewSharedInformerFactory(client, 0)
+	clients := snapshot.Clients{Kube: kube, Snapshots: client}
+	kubeInformers, snapInformers := snapshot.InformerFactories(clients)
 	broadcaster := record.NewBroadcaster()
 	broadcaster.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: kube.CoreV1().Events("")})
 	recorder := broadcaster.NewRecorder(snapshot.EventScheme(), corev1.EventSource{Component: "snapshot-controller"})
-	c, err := snapshot.New(kube, client, kubeInformers, snapInformers, recorder, snapshot.Options{
+	c, err := snapshot.New(clients, kubeInformers, snapInformers, recorder, snapshot.Options{
 		Workers: 4, Retry: controller.Options{RetryStart: 100 * time.Millisecond, RetryMax: 2 * time.Second},
 		PreventVolumeModeConversion: true, StatusGrace: 5 * time.Second,
 	})
