@@ -36,6 +36,7 @@ func main() {
 	fs.DurationVar(&opts.Controller.Retry.RetryMax, "retry-interval-max", 5*time.Minute, "Longest retry delay of a failed object.")
 	fs.DurationVar(&opts.Controller.ResyncPeriod, "resync-period", 15*time.Minute, "How often every object is looked at again as a safety net; 0 disables it.")
 	fs.BoolVar(&opts.Controller.DistributedSnapshotting, "enable-distributed-snapshotting", false, "Label each content with the node of its volume, for node-local sidecars.")
+	fs.BoolVar(&opts.Controller.ReadyEvents, "ready-events", false, "Record a Normal event when a snapshot or group snapshot becomes ready (status.readyToUse says the same; each event is an API write). Failures always get a Warning event.")
 	fs.BoolVar(&opts.Controller.PreventVolumeModeConversion, "prevent-volume-mode-conversion", true, "Record each content's source volume mode so that restores cannot change it unnoticed.")
 	gates := featureGates{"CSIVolumeGroupSnapshot": true}
 	fs.Var(gates, "feature-gates", "Comma-separated Name=true|false pairs. CSIVolumeGroupSnapshot (default true) reconciles VolumeGroupSnapshots.")

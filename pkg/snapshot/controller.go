@@ -53,6 +53,10 @@ type Options struct {
 	// StatusGrace is how long a new snapshot's status waits for the sidecar's first report, so
 	// that binding and readiness usually land in one write.
 	StatusGrace time.Duration
+	// ReadyEvents records a Normal event when a snapshot or group snapshot becomes ready. Off by
+	// default: readyToUse in the status says the same, and the event is a write per snapshot.
+	// Warning events for failures are always recorded.
+	ReadyEvents bool
 }
 
 // Clients are the controller's API clients. Each has a client-side rate limiter of its own, so

@@ -141,7 +141,9 @@ func (g *groups) writeGroupStatus(ctx context.Context, vgs *groupv1.VolumeGroupS
 		klog.FromContext(ctx).V(2).Info("Group snapshot ready")
 		metrics.Operations.WithLabelValues(metrics.OperationCreateGroup, metrics.StatusSuccess).
 			Observe(g.clock.Since(vgs.CreationTimestamp.Time).Seconds())
-		g.recorder.Event(result, corev1.EventTypeNormal, ReasonGroupReady, "Group snapshot is ready to use")
+		if g.opts.ReadyEvents {
+			g.recorder.Event(result, corev1.EventTypeNormal, ReasonGroupReady, "Group snapshot is ready to use")
+		}
 	}
 	return nil
 }

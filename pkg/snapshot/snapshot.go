@@ -158,7 +158,9 @@ func (c *Controller) mirrorStatus(ctx context.Context, vs *snapshotv1.VolumeSnap
 		klog.FromContext(ctx).V(2).Info("Snapshot ready", "content", content.Name)
 		metrics.Operations.WithLabelValues(metrics.OperationCreate, metrics.StatusSuccess).
 			Observe(c.clock.Since(vs.CreationTimestamp.Time).Seconds())
-		c.recorder.Event(result, corev1.EventTypeNormal, ReasonSnapshotReady, "Snapshot is ready to use")
+		if c.opts.ReadyEvents {
+			c.recorder.Event(result, corev1.EventTypeNormal, ReasonSnapshotReady, "Snapshot is ready to use")
+		}
 	case want.Error != nil && !hadError && want.Error.Message != nil:
 		metrics.Operations.WithLabelValues(metrics.OperationCreate, metrics.StatusFailure).
 			Observe(c.clock.Since(vs.CreationTimestamp.Time).Seconds())

@@ -241,6 +241,7 @@ func TestSyncSnapshotTransitions(t *testing.T) {
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			c, kube, snap, recorder := testController(t, append([]runtime.Object{tc.vs}, tc.objs...)...)
+			c.opts.ReadyEvents = true
 			err := c.syncSnapshot(context.Background(), tc.vs)
 			switch got := outcome(err); {
 			case got != tc.outcome:
@@ -266,6 +267,23 @@ func outcome(err error) string {
 		return "requeue"
 	default:
 		return fmt.Sprintf("error: %v", err)
+	}
+}
+
+// TestReadyEventsOff: without --ready-events a snapshot becoming ready is one status write and
+// no event.
+func TestReadyEventsOff(t *testing.T) {
+	vs := newSnapshot(boundTo(protocol.ContentName("vs-uid")))
+	c, kube, snap, recorder := testController(t, vs, newContent(protocol.ContentName("vs-uid"), readyContent), newVolume(true),
+		newClaim(func(p *corev1.PersistentVolumeClaim) { p.Finalizers = []string{protocol.PVCAsSourceFinalizer} }))
+	if err := c.syncSnapshot(context.Background(), vs); err != nil {
+		t.Fatal(err)
+	}
+	if got := strings.Join(writes(kube.Actions(), snap.Actions()), ","); got != "patch persistentvolumeclaims,update volumesnapshots/status" {
+		t.Errorf("writes %s", got)
+	}
+	if hasEvent(recorder, "") {
+		t.Error("an event was recorded")
 	}
 }
 

@@ -65,8 +65,8 @@ func TestDynamicSnapshotLifecycle(t *testing.T) {
 	if gets := getsIn(created); gets != 0 {
 		t.Errorf("controller made %d single-object GETs for one snapshot; it reads from its caches only", gets)
 	}
-	if total > 6 {
-		t.Errorf("controller made %d writes for one snapshot (create -> ready), want at most 6: %s", total, format(created))
+	if total > 5 {
+		t.Errorf("controller made %d writes for one snapshot (create -> ready), want at most 5: %s", total, format(created))
 	}
 
 	content, err := f.client.SnapshotV1().VolumeSnapshotContents().Get(context.Background(), protocol.ContentName(vs.UID), metav1.GetOptions{})
@@ -218,10 +218,13 @@ func TestBadInputRecovers(t *testing.T) {
 	for _, e := range events.Items {
 		reasons[e.Reason+"/"+e.Type] = true
 	}
-	for _, want := range []string{"InvalidSnapshotSource/Warning", "InvalidSnapshotClass/Warning", "SnapshotReady/Normal"} {
+	for _, want := range []string{"InvalidSnapshotSource/Warning", "InvalidSnapshotClass/Warning"} {
 		if !reasons[want] {
 			t.Errorf("no %s event; got %v", want, reasons)
 		}
+	}
+	if reasons["SnapshotReady/Normal"] {
+		t.Error("a SnapshotReady event was recorded without --ready-events")
 	}
 
 	f.class(t, "errors-secret", "secret.csi.test", snapshotv1.VolumeSnapshotContentDelete, false, map[string]string{
