@@ -3,11 +3,13 @@ package app
 import (
 	"context"
 	"errors"
+	"flag"
 	"io"
 	"net"
 	"net/http"
 	"net/http/httptest"
 	"os"
+	"path/filepath"
 	"runtime"
 	"runtime/debug"
 	"strings"
@@ -106,5 +108,38 @@ func TestTuneRuntime(t *testing.T) {
 	TuneRuntime(false)
 	if got := debug.SetGCPercent(100); got != 100 {
 		t.Errorf("GOGC=100 set: percent %d, want it left alone", got)
+	}
+}
+
+// TestClientConfigCompression: responses are not gzipped unless --kube-api-compression asks.
+func TestClientConfigCompression(t *testing.T) {
+	kubeconfig := filepath.Join(t.TempDir(), "kubeconfig")
+	err := os.WriteFile(kubeconfig, []byte(`apiVersion: v1
+kind: Config
+clusters: [{name: c, cluster: {server: "https://127.0.0.1:6443"}}]
+users: [{name: u, user: {token: t}}]
+contexts: [{name: x, context: {cluster: c, user: u}}]
+current-context: x
+`), 0o600)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		args    []string
+		disable bool
+	}{{nil, true}, {[]string{"--kube-api-compression"}, false}} {
+		var o ClientOptions
+		fs := flag.NewFlagSet("test", flag.ContinueOnError)
+		o.AddFlags(fs, 5, 10)
+		if err := fs.Parse(append([]string{"--kubeconfig=" + kubeconfig}, tc.args...)); err != nil {
+			t.Fatal(err)
+		}
+		cfg, err := o.Config("test")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if cfg.DisableCompression != tc.disable || cfg.QPS != 5 || cfg.UserAgent != "test" {
+			t.Errorf("%v: DisableCompression %v QPS %v agent %q", tc.args, cfg.DisableCompression, cfg.QPS, cfg.UserAgent)
+		}
 	}
 }
