@@ -34,6 +34,7 @@ func main() {
 		return
 	}
 	app.TuneRuntime(opts.HTTP.Profiling)
+	app.PreferListResponses()
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
 	logger := klog.Background()

@@ -54,6 +54,7 @@ func main() {
 	opts.Controller.Groups = gates["CSIVolumeGroupSnapshot"]
 
 	app.TuneRuntime(opts.HTTP.Profiling)
+	app.PreferListResponses()
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	logger := klog.Background().WithName(snapshot.Name)

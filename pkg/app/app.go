@@ -20,6 +20,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	apiruntime "k8s.io/apimachinery/pkg/runtime"
+	clientfeatures "k8s.io/client-go/features"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
@@ -230,4 +231,27 @@ func TuneRuntime(profiling bool) {
 	if !profiling {
 		runtime.MemProfileRate = 0
 	}
+}
+
+// watchListEnv is the variable with which client-go lets a user choose streaming lists.
+const watchListEnv = "KUBE_FEATURE_" + string(clientfeatures.WatchListClient)
+
+// PreferListResponses makes informers fetch their first state with one LIST response rather than
+// a stream of watch events (client-go's WatchListClient), unless the user chose with
+// KUBE_FEATURE_WatchListClient. Streaming keeps a huge list from being held in memory at once,
+// but with 5,000 snapshots (20,000 objects over four informers) the caches took about twice as
+// long to sync that way, and that is how long a new snapshot waits after a restart. Call it
+// before any client is made.
+func PreferListResponses() {
+	if _, set := os.LookupEnv(watchListEnv); set {
+		return
+	}
+	clientfeatures.ReplaceFeatureGates(noWatchList{clientfeatures.FeatureGates()})
+}
+
+// noWatchList reports WatchListClient off and every other gate as gates does.
+type noWatchList struct{ gates clientfeatures.Gates }
+
+func (g noWatchList) Enabled(key clientfeatures.Feature) bool {
+	return key != clientfeatures.WatchListClient && g.gates.Enabled(key)
 }

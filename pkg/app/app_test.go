@@ -16,6 +16,7 @@ import (
 	"testing"
 	"time"
 
+	clientfeatures "k8s.io/client-go/features"
 	"k8s.io/client-go/rest"
 )
 
@@ -141,5 +142,25 @@ current-context: x
 		if cfg.DisableCompression != tc.disable || cfg.QPS != 5 || cfg.UserAgent != "test" {
 			t.Errorf("%v: DisableCompression %v QPS %v agent %q", tc.args, cfg.DisableCompression, cfg.QPS, cfg.UserAgent)
 		}
+	}
+}
+
+// TestPreferListResponses: streaming lists are off unless the user's environment chose.
+func TestPreferListResponses(t *testing.T) {
+	saved := clientfeatures.FeatureGates()
+	t.Cleanup(func() { clientfeatures.ReplaceFeatureGates(saved) })
+	PreferListResponses()
+	if clientfeatures.FeatureGates().Enabled(clientfeatures.WatchListClient) {
+		t.Error("WatchListClient still on")
+	}
+	if !clientfeatures.FeatureGates().Enabled(clientfeatures.InformerResourceVersion) {
+		t.Error("other gates changed")
+	}
+
+	clientfeatures.ReplaceFeatureGates(saved)
+	t.Setenv(watchListEnv, "true")
+	PreferListResponses()
+	if clientfeatures.FeatureGates() != saved {
+		t.Error("gates replaced although KUBE_FEATURE_WatchListClient is set")
 	}
 }
