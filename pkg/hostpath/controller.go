@@ -111,7 +111,9 @@ func (s *controllerServer) CreateVolume(ctx context.Context, req *csi.CreateVolu
 		Parameters: req.GetParameters(), MutableParameters: req.GetMutableParameters(),
 		SingleWriter: spec.singleWriter, CreatedAt: s.d.now().UTC(),
 	}
-	if spec.sourceSnap != "" && s.d.opts.Sync && s.d.opts.BackgroundRestoreSync {
+	// An empty snapshot has no data to copy, so a volume restored from it
+	// is flushed at once, like a new one, and needs no pending marker.
+	if source.path != "" && spec.sourceSnap != "" && s.d.opts.Sync && s.d.opts.BackgroundRestoreSync {
 		err = s.d.restoreInBackground(v, source)
 	} else {
 		err = s.d.createVolumeData(v, source)
@@ -125,7 +127,7 @@ func (s *controllerServer) CreateVolume(ctx context.Context, req *csi.CreateVolu
 
 // createVolumeData builds volume v's data, empty or copied from source, and
 // then records the volume.
-func (d *Driver) createVolumeData(v state.Volume, source string) error {
+func (d *Driver) createVolumeData(v state.Volume, source volumeData) error {
 	c := d.copier
 	if v.SourceSnapshotID != "" {
 		c = copier{sync: d.opts.Sync, holesKnown: true, direct: true}
@@ -284,41 +286,58 @@ func compatibleVolume(v state.Volume, spec volumeSpec) error {
 	return nil
 }
 
-// volumeSource resolves a content source to the data path to copy and
-// grows spec.size to the source's size when that is allowed.
-func (d *Driver) volumeSource(spec volumeSpec) (string, error) {
-	var path string
+// volumeData is what a new volume is made of: a copy of the data at path,
+// or, with path "", nothing. A volume without data gets the default
+// permission bits, or mode when setMode is set (an empty snapshot's).
+type volumeData struct {
+	path    string
+	mode    fs.FileMode
+	setMode bool
+}
+
+// snapshotData is what a volume restored from snap is made of.
+func (d *Driver) snapshotData(snap state.Snapshot) volumeData {
+	if snap.Empty {
+		return volumeData{mode: snap.Mode, setMode: true}
+	}
+	return volumeData{path: d.snapshotPath(snap.ID)}
+}
+
+// volumeSource resolves a content source to what the new volume is made
+// of and checks that the source fits the request.
+func (d *Driver) volumeSource(spec volumeSpec) (volumeData, error) {
+	var data volumeData
 	var size int64
 	var accessType state.AccessType
 	switch {
 	case spec.sourceSnap != "":
 		snap, ok := d.snapshots.Get(spec.sourceSnap)
 		if !ok {
-			return "", status.Errorf(codes.NotFound, "snapshot %s not found", spec.sourceSnap)
+			return data, status.Errorf(codes.NotFound, "snapshot %s not found", spec.sourceSnap)
 		}
-		path, size, accessType = d.snapshotPath(snap.ID), snap.SizeBytes, snap.AccessType
+		data, size, accessType = d.snapshotData(snap), snap.SizeBytes, snap.AccessType
 	case spec.sourceVol != "":
 		src, ok := d.volumes.Get(spec.sourceVol)
 		if !ok {
-			return "", status.Errorf(codes.NotFound, "volume %s not found", spec.sourceVol)
+			return data, status.Errorf(codes.NotFound, "volume %s not found", spec.sourceVol)
 		}
-		path, size, accessType = d.volumePath(src.ID), src.CapacityBytes, src.AccessType
+		data, size, accessType = volumeData{path: d.volumePath(src.ID)}, src.CapacityBytes, src.AccessType
 	default:
-		return "", nil
+		return data, nil
 	}
 	if accessType != spec.accessType {
-		return "", status.Errorf(codes.InvalidArgument, "source is a %s volume, the request asks for %s", accessType, spec.accessType)
+		return volumeData{}, status.Errorf(codes.InvalidArgument, "source is a %s volume, the request asks for %s", accessType, spec.accessType)
 	}
 	if size > spec.size {
-		return "", status.Errorf(codes.OutOfRange, "source holds %d bytes, more than the %d requested", size, spec.size)
+		return volumeData{}, status.Errorf(codes.OutOfRange, "source holds %d bytes, more than the %d requested", size, spec.size)
 	}
-	return path, nil
+	return data, nil
 }
 
 // buildVolume creates a volume's data under a temporary name, from source
-// with c when given, renames it into place and flushes it (see
-// installData). c.sync says whether the data itself is flushed.
-func (d *Driver) buildVolume(c copier, id string, accessType state.AccessType, size int64, source string) error {
+// with c when it names data, renames it into place and flushes it (see
+// installData). c.sync says whether copied data itself is flushed.
+func (d *Driver) buildVolume(c copier, id string, accessType state.AccessType, size int64, source volumeData) error {
 	final := d.volumePath(id)
 	tmp := tempPath(final)
 	made, err := d.writeVolumeData(c, tmp, accessType, size, source)
@@ -336,31 +355,61 @@ func (d *Driver) buildVolume(c copier, id string, accessType state.AccessType, s
 	return d.installData(c, tmp, final, made)
 }
 
-// writeVolumeData creates a volume's data at path: a copy of source, an
-// empty directory or an empty sparse file.
-func (d *Driver) writeVolumeData(c copier, path string, accessType state.AccessType, size int64, source string) (copied, error) {
-	if source != "" {
-		made, err := c.copyPath(path, source)
+// writeVolumeData creates a volume's data at path: a copy of source, or an
+// empty directory or sparse file of size bytes.
+func (d *Driver) writeVolumeData(c copier, path string, accessType state.AccessType, size int64, source volumeData) (copied, error) {
+	if source.path != "" {
+		made, err := c.copyPath(path, source.path)
 		if err == nil && accessType == state.AccessBlock {
 			err = resizeFile(path, size, c.sync)
 		}
 		return made, err
 	}
 	if accessType == state.AccessMount {
-		if err := os.Mkdir(path, 0o750); err != nil {
-			return copied{}, err
-		}
-		// Pods of any user must be able to write their volume.
-		return copied{dirs: []string{"."}}, os.Chmod(path, 0o777)
+		return makeEmptyDir(path, source)
 	}
+	return copied{}, makeEmptyFile(path, size, source, d.opts.Sync)
+}
+
+// makeEmptyDir creates an empty filesystem volume at path. Pods of any user
+// must be able to write a new volume; one restored from an empty snapshot
+// gets the snapshot's permission bits.
+func makeEmptyDir(path string, source volumeData) (copied, error) {
+	if err := os.Mkdir(path, 0o750); err != nil {
+		return copied{}, err
+	}
+	mode := fs.FileMode(0o777)
+	if source.setMode {
+		mode = source.mode
+	}
+	return copied{dirs: []string{"."}}, os.Chmod(path, mode)
+}
+
+// makeEmptyFile creates an empty block volume at path: a sparse file of
+// size bytes, with an empty snapshot's permission bits when it is restored
+// from one. With sync it is flushed.
+func makeEmptyFile(path string, size int64, source volumeData, sync bool) (err error) {
 	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o660)
 	if err != nil {
-		return copied{}, err
+		return err
 	}
-	if err := f.Close(); err != nil {
-		return copied{}, err
+	defer func() {
+		if cerr := f.Close(); err == nil {
+			err = cerr
+		}
+	}()
+	if err := f.Truncate(size); err != nil {
+		return err
 	}
-	return copied{}, resizeFile(path, size, d.opts.Sync)
+	if source.setMode {
+		if err := f.Chmod(source.mode); err != nil {
+			return err
+		}
+	}
+	if sync {
+		return f.Sync()
+	}
+	return nil
 }
 
 // resizeFile sets a block volume's size, leaving new space as a hole.

@@ -229,9 +229,11 @@ func (c copier) finish(out *os.File) error {
 // zeroBlock blocks are copied and all-zero blocks stay holes. With
 // writeback, each copied piece is handed to the disk at once
 // (sync_file_range), so the final fsync finds little left to write and the
-// copy does not stall on dirty-page throttling.
+// copy does not stall on dirty-page throttling. The read buffer is no
+// larger than the file: clearing a whole chunk for a small file costs more
+// than copying it.
 func copySparse(out, in *os.File, size int64, writeback bool) error {
-	buf := make([]byte, copyChunk)
+	buf := make([]byte, min(copyChunk, size))
 	return forEachExtent(in, 0, size, func(start, end int64) error {
 		for off := start; off < end; {
 			n := min(int64(copyChunk), end-off)

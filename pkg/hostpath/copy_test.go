@@ -3,8 +3,10 @@ package hostpath
 import (
 	"bytes"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
+	"runtime"
 	"testing"
 
 	"golang.org/x/sys/unix"
@@ -165,5 +167,30 @@ func TestDirectCopyMatchesSourceAndKeepsHoles(t *testing.T) {
 				t.Fatalf("refuse=%t sync=%t: copy allocates %d bytes", refuse, sync, a)
 			}
 		}
+	}
+}
+
+// TestCopySmallFileAllocatesLittle: copying a small file must not allocate
+// a whole copy chunk, which made small-file snapshots cost milliseconds.
+func TestCopySmallFileAllocatesLittle(t *testing.T) {
+	dir := t.TempDir()
+	src := filepath.Join(dir, "src")
+	if err := os.WriteFile(src, randomBytes(t, 4<<10), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	const copies = 20
+	var before, after runtime.MemStats
+	runtime.ReadMemStats(&before)
+	for i := range copies {
+		if _, err := (copier{noReflink: true}).copyPath(filepath.Join(dir, fmt.Sprint(i)), src); err != nil {
+			t.Fatal(err)
+		}
+	}
+	runtime.ReadMemStats(&after)
+	if perCopy := (after.TotalAlloc - before.TotalAlloc) / copies; perCopy > 256<<10 {
+		t.Fatalf("copying a 4 KiB file allocates %d bytes", perCopy)
+	}
+	if !sameFile(t, src, filepath.Join(dir, "0")) {
+		t.Fatal("copy differs from source")
 	}
 }

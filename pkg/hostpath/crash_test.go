@@ -189,6 +189,7 @@ func TestSIGKILLDuringSnapshot(t *testing.T) {
 func TestRecoverRemovesIncompleteGroup(t *testing.T) {
 	e := newTestEnv(t)
 	a := e.createVolume(t, "a", 1<<20, blockCap())
+	e.writeAt(t, a.GetVolumeId(), 0, randomBytes(t, 4096))
 	resp, err := e.group.CreateVolumeGroupSnapshot(context.Background(), &csi.CreateVolumeGroupSnapshotRequest{Name: "g", SourceVolumeIds: []string{a.GetVolumeId()}})
 	if err != nil {
 		t.Fatal(err)

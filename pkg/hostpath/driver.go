@@ -21,6 +21,12 @@
 //     driver flushes the filesystem and drops every snapshot whose data does
 //     not match its manifest (Recover). Such a snapshot was never
 //     acknowledged.
+//   - A snapshot of a volume that holds no data (an empty root directory,
+//     a file without data extents) is a record only, marked empty and made
+//     durable by the log's own flush; nothing is written below snapshots/.
+//     Everything that reads snapshot data treats an empty snapshot as an
+//     empty directory or a sparse file of its size, and Recover removes
+//     data found under an empty snapshot's name.
 //   - Records live in one record log shared by all tables, group-committed
 //     (state.Log); directory flushes are shared by concurrent operations
 //     too (state.SyncDir), so a burst of creates costs far fewer flushes
@@ -256,7 +262,7 @@ func (d *Driver) recover(ctx context.Context) error {
 			}
 		}
 	}
-	if err := removeOrphans(logger, snapshotsDir(d.opts.DataDir), d.snapshots.Get); err != nil {
+	if err := removeOrphans(logger, snapshotsDir(d.opts.DataDir), d.hasSnapshotData); err != nil {
 		return err
 	}
 	for _, v := range d.volumes.List() {
@@ -264,12 +270,26 @@ func (d *Driver) recover(ctx context.Context) error {
 			logger.Error(err, "Volume data is missing", "volumeID", v.ID)
 		}
 	}
-	return removeOrphans(logger, volumesDir(d.opts.DataDir), d.volumes.Get)
+	return removeOrphans(logger, volumesDir(d.opts.DataDir), func(id string) bool {
+		_, ok := d.volumes.Get(id)
+		return ok
+	})
+}
+
+// hasSnapshotData reports whether the snapshot id has a record that names
+// data.
+func (d *Driver) hasSnapshotData(id string) bool {
+	s, ok := d.snapshots.Get(id)
+	return ok && !s.Empty
 }
 
 // checkSnapshotData describes what is wrong with a snapshot's data, or
-// returns "" when it exists and matches the record's manifest.
+// returns "" when it exists and matches the record's manifest. An empty
+// snapshot needs no data.
 func (d *Driver) checkSnapshotData(s state.Snapshot) string {
+	if s.Empty {
+		return ""
+	}
 	path := d.snapshotPath(s.ID)
 	if s.Manifest == nil {
 		if _, err := os.Lstat(path); err != nil {
@@ -312,15 +332,17 @@ func syncFS(dir string) error {
 	return nil
 }
 
-// removeOrphans deletes entries of dir that are temporary or have no record.
-func removeOrphans[T any](logger klog.Logger, dir string, get func(string) (T, bool)) error {
+// removeOrphans deletes entries of dir that are temporary or that keep
+// does not claim: data without a record, or without a record that names
+// data.
+func removeOrphans(logger klog.Logger, dir string, keep func(name string) bool) error {
 	entries, err := os.ReadDir(dir)
 	if err != nil {
 		return fmt.Errorf("read data dir: %w", err)
 	}
 	for _, e := range entries {
 		name := e.Name()
-		if _, ok := get(name); ok && !strings.HasPrefix(name, tempPrefix) {
+		if !strings.HasPrefix(name, tempPrefix) && keep(name) {
 			continue
 		}
 		logger.Info("Removing data left by an interrupted operation", "path", filepath.Join(dir, name))

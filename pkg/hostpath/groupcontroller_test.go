@@ -5,6 +5,7 @@ import (
 	"errors"
 	"io"
 	"os"
+	"path/filepath"
 	"testing"
 
 	"github.com/container-storage-interface/spec/lib/go/csi"
@@ -15,6 +16,11 @@ func TestGroupSnapshotLifecycle(t *testing.T) {
 	e := newTestEnv(t)
 	a := e.createVolume(t, "ga", 4<<20, blockCap())
 	b := e.createVolume(t, "gb", 4<<20, mountCap())
+	// Both hold data, so that both members have data to remove.
+	e.writeAt(t, a.GetVolumeId(), 0, randomBytes(t, 4096))
+	if err := os.WriteFile(filepath.Join(e.d.volumePath(b.GetVolumeId()), "f"), []byte("data"), 0o644); err != nil {
+		t.Fatal(err)
+	}
 	req := &csi.CreateVolumeGroupSnapshotRequest{Name: "g1", SourceVolumeIds: []string{b.GetVolumeId(), a.GetVolumeId()}}
 	resp, err := e.group.CreateVolumeGroupSnapshot(context.Background(), req)
 	if err != nil {

@@ -46,6 +46,9 @@ import (
 //   - The source snapshot outlives the marker: DeleteSnapshot and
 //     DeleteVolumeGroupSnapshot wait for the flush of every volume restored
 //     from the snapshots they delete.
+//   - Only restores that copy data are made this way. A volume restored
+//     from an empty snapshot (a record without data) is created and
+//     flushed before its record is written, like a new volume.
 
 // bootIDPath holds the ID the kernel draws at every boot.
 const bootIDPath = "/proc/sys/kernel/random/boot_id"
@@ -88,7 +91,7 @@ type pendingFlush struct {
 // that commit, so no crash leaves the record without it. The copy is built
 // in place, covered by the marker; once it is complete the marker is
 // marked copied, without a flush, and the background flush removes it.
-func (d *Driver) restoreInBackground(v state.Volume, source string) error {
+func (d *Driver) restoreInBackground(v state.Volume, source volumeData) error {
 	r := d.restores
 	m := state.PendingRestore{VolumeID: v.ID, SnapshotID: v.SourceSnapshotID, BootID: r.bootID}
 	marker, err := r.markers.PutChange(v.ID, m)
@@ -277,5 +280,5 @@ func (d *Driver) restoreAgain(v state.Volume, snapID string) error {
 		return err
 	}
 	c := copier{sync: true, holesKnown: true, direct: true}
-	return d.buildVolume(c, v.ID, v.AccessType, v.CapacityBytes, d.snapshotPath(snap.ID))
+	return d.buildVolume(c, v.ID, v.AccessType, v.CapacityBytes, d.snapshotData(snap))
 }

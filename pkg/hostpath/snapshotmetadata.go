@@ -26,7 +26,8 @@ const (
 // snapshotMetadataServer implements the CSI SnapshotMetadata service for
 // snapshots of block volumes: allocated ranges come from the snapshot file's
 // data extents (SEEK_DATA/SEEK_HOLE); deltas compare two snapshot files
-// block by block where either of them has data.
+// block by block where either of them has data. An empty snapshot has no
+// file and reads as holes only: nothing is allocated.
 type snapshotMetadataServer struct {
 	csi.UnimplementedSnapshotMetadataServer
 	d *Driver
@@ -46,9 +47,12 @@ func (s *snapshotMetadataServer) GetMetadataAllocated(req *csi.GetMetadataAlloca
 		return err
 	}
 	defer release()
-	f, err := os.Open(s.d.snapshotPath(snap.ID))
+	f, err := s.d.openSnapshotData(snap)
 	if err != nil {
 		return status.Errorf(codes.Internal, "open snapshot: %v", err)
+	}
+	if f == nil {
+		return nil
 	}
 	defer f.Close()
 	out := newMetadataSender(req.GetMaxResults(), func(blocks []*csi.BlockMetadata) error {
@@ -92,13 +96,42 @@ func (s *snapshotMetadataServer) GetMetadataDelta(req *csi.GetMetadataDeltaReque
 			BlockMetadataType: csi.BlockMetadataType_VARIABLE_LENGTH, VolumeCapacityBytes: target.SizeBytes, BlockMetadata: blocks,
 		})
 	})
-	if err := diffFiles(s.d.snapshotPath(base.ID), s.d.snapshotPath(target.ID), req.GetStartingOffset(), target.SizeBytes, out.add); err != nil {
+	if err := s.d.diffSnapshots(base, target, req.GetStartingOffset(), out.add); err != nil {
 		if _, ok := status.FromError(err); ok {
 			return err
 		}
 		return status.Errorf(codes.Internal, "compare snapshots: %v", err)
 	}
 	return out.flush()
+}
+
+// openSnapshotData opens the file of a block snapshot, or returns nil for
+// an empty snapshot, which has none.
+func (d *Driver) openSnapshotData(snap state.Snapshot) (*os.File, error) {
+	if snap.Empty {
+		return nil, nil
+	}
+	return os.Open(d.snapshotPath(snap.ID))
+}
+
+// diffSnapshots calls changed for every range in [from, target's size)
+// where two block snapshots differ.
+func (d *Driver) diffSnapshots(base, target state.Snapshot, from int64, changed func(start, end int64) error) error {
+	b, err := d.openSnapshotData(base)
+	if err != nil {
+		return err
+	}
+	if b != nil {
+		defer b.Close()
+	}
+	t, err := d.openSnapshotData(target)
+	if err != nil {
+		return err
+	}
+	if t != nil {
+		defer t.Close()
+	}
+	return diffFiles(b, t, from, target.SizeBytes, changed)
 }
 
 // blockSnapshot looks up a snapshot and requires it to be of a block volume.
@@ -121,18 +154,9 @@ func checkOffset(offset, size int64) error {
 }
 
 // diffFiles calls changed for every range in [from, size) where the two
-// files differ. Ranges that are holes in both are skipped unread.
-func diffFiles(basePath, targetPath string, from, size int64, changed func(start, end int64) error) error {
-	base, err := os.Open(basePath)
-	if err != nil {
-		return err
-	}
-	defer base.Close()
-	target, err := os.Open(targetPath)
-	if err != nil {
-		return err
-	}
-	defer target.Close()
+// files differ. Ranges that are holes in both are skipped unread. A nil
+// file is all holes.
+func diffFiles(base, target *os.File, from, size int64, changed func(start, end int64) error) error {
 	ranges, err := unionExtents(from, size, base, target)
 	if err != nil {
 		return err
@@ -161,10 +185,13 @@ func diffFiles(basePath, targetPath string, from, size int64, changed func(start
 }
 
 // unionExtents merges the data extents of several files into sorted,
-// non-overlapping ranges.
+// non-overlapping ranges. Nil files have none.
 func unionExtents(from, size int64, files ...*os.File) ([][2]int64, error) {
 	var all [][2]int64
 	for _, f := range files {
+		if f == nil {
+			continue
+		}
 		err := forEachExtent(f, from, size, func(start, end int64) error {
 			all = append(all, [2]int64{max(start, from), end})
 			return nil
@@ -186,8 +213,12 @@ func unionExtents(from, size int64, files ...*os.File) ([][2]int64, error) {
 }
 
 // readFull reads len(buf) bytes at off; bytes past the end of a shorter
-// file read as zeros.
+// file, and all of a nil file, read as zeros.
 func readFull(f *os.File, buf []byte, off int64) error {
+	if f == nil {
+		clear(buf)
+		return nil
+	}
 	n, err := f.ReadAt(buf, off)
 	if err != nil && !errors.Is(err, io.EOF) {
 		return fmt.Errorf("read %s: %w", f.Name(), err)

@@ -3,11 +3,13 @@ package hostpath
 import (
 	"context"
 	"errors"
+	"io"
 	"io/fs"
 	"os"
 	"sync"
 
 	"github.com/container-storage-interface/spec/lib/go/csi"
+	"golang.org/x/sys/unix"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/timestamppb"
@@ -57,8 +59,64 @@ func (s *controllerServer) CreateSnapshot(ctx context.Context, req *csi.CreateSn
 	return &csi.CreateSnapshotResponse{Snapshot: s.d.csiSnapshot(snap)}, nil
 }
 
-// takeSnapshot copies the source volume's data to the snapshot's data path
-// and records the snapshot. The caller holds the locks of both.
+// takeSnapshot records a snapshot of the source volume: a record only when
+// the volume holds no data (recordEmptySnapshot), otherwise a copy of its
+// data and a record (copySnapshot). The caller holds the locks of both.
+func (d *Driver) takeSnapshot(snap state.Snapshot) error {
+	empty, mode, err := holdsNoData(d.volumePath(snap.SourceVolumeID), snap.SizeBytes)
+	if err != nil {
+		return status.Errorf(codes.Internal, "inspect source volume: %v", err)
+	}
+	if empty {
+		snap.Empty, snap.Mode = true, mode
+		return d.recordEmptySnapshot(snap)
+	}
+	return d.copySnapshot(snap)
+}
+
+// holdsNoData reports whether the volume data at path holds nothing to
+// copy: a directory without entries, or a file of size bytes without a data
+// extent. It also returns the permission bits of the directory or file.
+// Where the filesystem cannot tell holes from data, a file holds data.
+func holdsNoData(path string, size int64) (bool, fs.FileMode, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return false, 0, err
+	}
+	defer f.Close()
+	info, err := f.Stat()
+	if err != nil {
+		return false, 0, err
+	}
+	mode := info.Mode() & (fs.ModePerm | fs.ModeSetuid | fs.ModeSetgid | fs.ModeSticky)
+	switch {
+	case info.IsDir():
+		_, err := f.Readdirnames(1)
+		if errors.Is(err, io.EOF) {
+			return true, mode, nil
+		}
+		return false, mode, err
+	case !info.Mode().IsRegular() || info.Size() != size:
+		return false, mode, nil
+	}
+	_, err = unix.Seek(int(f.Fd()), 0, unix.SEEK_DATA)
+	return errors.Is(err, unix.ENXIO), mode, nil
+}
+
+// recordEmptySnapshot records a snapshot of a volume that holds no data.
+// The record is the whole snapshot, so the log's own flush (Commit) makes
+// it durable and nothing is written below snapshots/. Data that an earlier,
+// failed attempt left under the snapshot's name is never read; deleting the
+// snapshot removes it, and so does Recover.
+func (d *Driver) recordEmptySnapshot(snap state.Snapshot) error {
+	if err := d.snapshots.Put(snap.ID, snap); err != nil {
+		return status.Errorf(codes.Internal, "record snapshot: %v", err)
+	}
+	return nil
+}
+
+// copySnapshot copies the source volume's data to the snapshot's data path
+// and records the snapshot.
 //
 // The copy is built under a temporary name, its files flushed, and renamed
 // into place. Then its new directories are flushed while its record, with
@@ -69,7 +127,7 @@ func (s *controllerServer) CreateSnapshot(ctx context.Context, req *csi.CreateSn
 // the flushes finished, Recover finds a record whose data is missing or does
 // not match its manifest and drops it, and removes data without a record.
 // The snapshot is reported only after the flushes.
-func (d *Driver) takeSnapshot(snap state.Snapshot) error {
+func (d *Driver) copySnapshot(snap state.Snapshot) error {
 	final := d.snapshotPath(snap.ID)
 	tmp := tempPath(final)
 	src := d.volumePath(snap.SourceVolumeID)

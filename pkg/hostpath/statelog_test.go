@@ -32,6 +32,9 @@ type ledger struct {
 	mu      sync.Mutex
 	volumes map[string]outcome
 	snaps   map[string]outcome
+	// empty holds the snapshots taken of volumes without data, which
+	// have no data of their own.
+	empty map[string]bool
 }
 
 func (l *ledger) set(m map[string]outcome, id string, o outcome) {
@@ -41,9 +44,10 @@ func (l *ledger) set(m map[string]outcome, id string, o outcome) {
 }
 
 // churn creates a volume with large parameters (so frames are big and the
-// log compacts often), snapshots it, and deletes the previous pair, until
-// a call fails, which happens once the driver is killed.
-func churn(ctx context.Context, ctrl csi.ControllerClient, worker, cycle int, l *ledger) {
+// log compacts often), writes a file into every other one, snapshots it,
+// and deletes the previous pair, until a call fails, which happens once
+// the driver is killed.
+func churn(ctx context.Context, ctrl csi.ControllerClient, dataDir string, worker, cycle int, l *ledger) {
 	pad := strings.Repeat("p", 2000)
 	var prevVol, prevSnap string
 	for i := 0; ; i++ {
@@ -58,6 +62,13 @@ func churn(ctx context.Context, ctrl csi.ControllerClient, worker, cycle int, l 
 			return
 		}
 		l.set(l.volumes, volID, created)
+		if i%2 == 0 {
+			l.mu.Lock()
+			l.empty[snapID] = true
+			l.mu.Unlock()
+		} else if err := os.WriteFile(filepath.Join(dataDir, "volumes", volID, "f"), []byte(name), 0o644); err != nil {
+			return
+		}
 		l.set(l.snaps, snapID, unknown)
 		if _, err := ctrl.CreateSnapshot(ctx, &csi.CreateSnapshotRequest{Name: name, SourceVolumeId: volID}); err != nil {
 			return
@@ -91,7 +102,8 @@ func compacting(stateDir string) bool {
 }
 
 // TestSIGKILLDuringRecordLog kills the driver process while clients
-// create and delete volumes and snapshots as fast as they can, preferably
+// create and delete volumes and snapshots (of empty volumes and of volumes
+// holding a file) as fast as they can, preferably
 // while the record log is being compacted, several times over. After every
 // restart each acknowledged create must be there (snapshots ready, with
 // their data), each acknowledged delete gone, and no temporary log left.
@@ -101,14 +113,14 @@ func TestSIGKILLDuringRecordLog(t *testing.T) {
 	}
 	bin, dir := buildDriver(t), t.TempDir()
 	stateDir := filepath.Join(dir, "data", "state")
-	l := &ledger{volumes: map[string]outcome{}, snaps: map[string]outcome{}}
+	l := &ledger{volumes: map[string]outcome{}, snaps: map[string]outcome{}, empty: map[string]bool{}}
 	caught := 0
 	for cycle := range 3 {
 		p := startDriver(t, bin, dir)
 		ctx, cancel := context.WithCancel(context.Background())
 		var wg sync.WaitGroup
 		for w := range 4 {
-			wg.Go(func() { churn(ctx, p.ctrl, w, cycle, l) })
+			wg.Go(func() { churn(ctx, p.ctrl, filepath.Join(dir, "data"), w, cycle, l) })
 		}
 		// Kill during a compaction if one comes within the time limit.
 		deadline := time.Now().Add(time.Duration(2+cycle) * time.Second)
@@ -156,10 +168,15 @@ func checkLedger(t *testing.T, ctrl csi.ControllerClient, dir string, l *ledger)
 		case o == deleted && status.Code(err) != codes.NotFound:
 			t.Fatalf("deleted snapshot %s is back: %v", id, err)
 		}
-		if err == nil {
-			if _, err := os.Lstat(filepath.Join(dir, "data", "snapshots", id)); err != nil {
-				t.Fatalf("snapshot %s is reported but its data is missing: %v", id, err)
-			}
+		if err != nil {
+			continue
+		}
+		_, err = os.Lstat(filepath.Join(dir, "data", "snapshots", id))
+		switch {
+		case !l.empty[id] && err != nil:
+			t.Fatalf("snapshot %s is reported but its data is missing: %v", id, err)
+		case l.empty[id] && err == nil:
+			t.Fatalf("snapshot %s of an empty volume has data", id)
 		}
 	}
 }

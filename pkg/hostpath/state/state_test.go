@@ -3,6 +3,7 @@ package state
 import (
 	"encoding/json"
 	"fmt"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"slices"
@@ -407,5 +408,57 @@ func TestCommitWritesChangesOfSeveralTablesInOrder(t *testing.T) {
 	}
 	if _, ok := vols3.Get("vol-a"); ok {
 		t.Fatal("the torn second change of a batch was read")
+	}
+}
+
+// TestSnapshotRecordEmptyField: records written before empty snapshots
+// existed load as snapshots with data, records with data are written as
+// before (without the new fields), and empty ones keep their mode.
+func TestSnapshotRecordEmptyField(t *testing.T) {
+	var old Snapshot
+	if err := json.Unmarshal([]byte(`{"id":"snap-1","sourceVolumeID":"vol-1","accessType":"mount","sizeBytes":5,"manifest":{"entries":1,"bytes":0},"createdAt":"2025-01-02T03:04:05Z"}`), &old); err != nil {
+		t.Fatal(err)
+	}
+	if old.Empty || old.Mode != 0 || old.Manifest == nil {
+		t.Fatalf("old record decoded as %+v, want a snapshot with data", old)
+	}
+	data, err := json.Marshal(old)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var fields map[string]any
+	if err := json.Unmarshal(data, &fields); err != nil {
+		t.Fatal(err)
+	}
+	for _, k := range []string{"empty", "mode"} {
+		if _, ok := fields[k]; ok {
+			t.Fatalf("a record with data is written with %q: %s", k, data)
+		}
+	}
+	dir := t.TempDir()
+	l, err := OpenLog(dir, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	snaps, err := OpenTable[Snapshot](l, "snapshots")
+	if err != nil {
+		t.Fatal(err)
+	}
+	empty := Snapshot{ID: "snap-2", AccessType: AccessMount, Empty: true, Mode: 0o751 | fs.ModeSetgid}
+	if err := snaps.Put(empty.ID, empty); err != nil {
+		t.Fatal(err)
+	}
+	_ = l.Close()
+	l, err = OpenLog(dir, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = l.Close() })
+	snaps, err = OpenTable[Snapshot](l, "snapshots")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, ok := snaps.Get(empty.ID); !ok || !got.Empty || got.Mode != empty.Mode {
+		t.Fatalf("empty record reopened as %+v, %v; want %+v", got, ok, empty)
 	}
 }

@@ -1,6 +1,9 @@
 package state
 
-import "time"
+import (
+	"io/fs"
+	"time"
+)
 
 // AccessType says how a volume's data is laid out on disk.
 type AccessType string
@@ -53,6 +56,15 @@ type Snapshot struct {
 	// driver keeps only snapshots whose data still matches it. Records
 	// from before manifests were kept have none.
 	Manifest *Manifest `json:"manifest,omitempty"`
+	// Empty says the source volume held no data: a filesystem volume whose
+	// root directory had no entries, or a block volume whose file had no
+	// data extent. Such a snapshot has no data on disk; SizeBytes and Mode
+	// are all it takes to rebuild the volume. Records from before empty
+	// snapshots were kept as records only are not empty.
+	Empty bool `json:"empty,omitempty"`
+	// Mode holds the permission bits of an empty snapshot's source: of the
+	// root directory of a filesystem volume, of a block volume's file.
+	Mode fs.FileMode `json:"mode,omitempty"`
 }
 
 // Manifest summarises a data tree: the number of directories, regular
