@@ -288,17 +288,19 @@ func compatibleVolume(v state.Volume, spec volumeSpec) error {
 
 // volumeData is what a new volume is made of: a copy of the data at path,
 // or, with path "", nothing. A volume without data gets the default
-// permission bits, or mode when setMode is set (an empty snapshot's).
+// permission bits, or, when setMode is set (an empty snapshot's), mode and
+// the owner uid and gid.
 type volumeData struct {
-	path    string
-	mode    fs.FileMode
-	setMode bool
+	path     string
+	mode     fs.FileMode
+	uid, gid uint32
+	setMode  bool
 }
 
 // snapshotData is what a volume restored from snap is made of.
 func (d *Driver) snapshotData(snap state.Snapshot) volumeData {
 	if snap.Empty {
-		return volumeData{mode: snap.Mode, setMode: true}
+		return volumeData{mode: snap.Mode, uid: snap.UID, gid: snap.GID, setMode: true}
 	}
 	return volumeData{path: d.snapshotPath(snap.ID)}
 }
@@ -373,7 +375,7 @@ func (d *Driver) writeVolumeData(c copier, path string, accessType state.AccessT
 
 // makeEmptyDir creates an empty filesystem volume at path. Pods of any user
 // must be able to write a new volume; one restored from an empty snapshot
-// gets the snapshot's permission bits.
+// gets the snapshot's permission bits and owner.
 func makeEmptyDir(path string, source volumeData) (copied, error) {
 	if err := os.Mkdir(path, 0o750); err != nil {
 		return copied{}, err
@@ -381,13 +383,18 @@ func makeEmptyDir(path string, source volumeData) (copied, error) {
 	mode := fs.FileMode(0o777)
 	if source.setMode {
 		mode = source.mode
+		if canChown {
+			if err := os.Lchown(path, int(source.uid), int(source.gid)); err != nil {
+				return copied{}, err
+			}
+		}
 	}
 	return copied{dirs: []string{"."}}, os.Chmod(path, mode)
 }
 
 // makeEmptyFile creates an empty block volume at path: a sparse file of
-// size bytes, with an empty snapshot's permission bits when it is restored
-// from one. With sync it is flushed.
+// size bytes, with an empty snapshot's permission bits and owner when it is
+// restored from one. With sync it is flushed.
 func makeEmptyFile(path string, size int64, source volumeData, sync bool) (err error) {
 	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o660)
 	if err != nil {
@@ -402,6 +409,11 @@ func makeEmptyFile(path string, size int64, source volumeData, sync bool) (err e
 		return err
 	}
 	if source.setMode {
+		if canChown {
+			if err := f.Chown(int(source.uid), int(source.gid)); err != nil {
+				return err
+			}
+		}
 		if err := f.Chmod(source.mode); err != nil {
 			return err
 		}

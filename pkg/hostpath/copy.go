@@ -57,7 +57,7 @@ func (c copier) copyPath(dst, src string) (copied, error) {
 	if info.IsDir() {
 		return c.copyTree(dst, src)
 	}
-	if err := c.copyFile(dst, src, info.Mode().Perm()); err != nil {
+	if err := c.copyFile(dst, src, info); err != nil {
 		return copied{}, err
 	}
 	return copied{manifest: state.Manifest{Entries: 1, Bytes: info.Size()}}, nil
@@ -67,6 +67,7 @@ func (c copier) copyPath(dst, src string) (copied, error) {
 // Other file types (devices, sockets, fifos) are skipped.
 func (c copier) copyTree(dst, src string) (copied, error) {
 	var out copied
+	var times []dirTimes
 	err := filepath.WalkDir(src, func(path string, d fs.DirEntry, err error) error {
 		if err != nil {
 			return err
@@ -76,34 +77,43 @@ func (c copier) copyTree(dst, src string) (copied, error) {
 			rel = path[len(src)+1:]
 		}
 		target := filepath.Join(dst, rel)
+		if !d.IsDir() && d.Type()&fs.ModeSymlink == 0 && !d.Type().IsRegular() {
+			return nil
+		}
+		info, err := d.Info()
+		if err != nil {
+			return err
+		}
+		out.manifest.Entries++
 		switch {
 		case d.IsDir():
-			info, err := d.Info()
+			st, err := statOf(info)
 			if err != nil {
 				return err
 			}
 			out.dirs = append(out.dirs, rel)
-			out.manifest.Entries++
-			return os.Mkdir(target, info.Mode().Perm())
+			times = append(times, dirTimes{rel: rel, times: timesOf(st)})
+			if err := os.Mkdir(target, 0o700); err != nil {
+				return err
+			}
+			return keepDirAttrs(target, info)
 		case d.Type()&fs.ModeSymlink != 0:
 			link, err := os.Readlink(path)
 			if err != nil {
 				return err
 			}
-			out.manifest.Entries++
-			return os.Symlink(link, target)
-		case d.Type().IsRegular():
-			info, err := d.Info()
-			if err != nil {
+			if err := os.Symlink(link, target); err != nil {
 				return err
 			}
-			out.manifest.Entries++
-			out.manifest.Bytes += info.Size()
-			return c.copyFile(target, path, info.Mode().Perm())
+			return keepLinkAttrs(target, info)
 		default:
-			return nil
+			out.manifest.Bytes += info.Size()
+			return c.copyFile(target, path, info)
 		}
 	})
+	if err == nil {
+		err = keepDirTimes(dst, times)
+	}
 	return out, err
 }
 
@@ -164,14 +174,15 @@ func manifestOf(path string) (state.Manifest, error) {
 	return m, err
 }
 
-// copyFile copies one regular file, keeping its size and holes.
-func (c copier) copyFile(dst, src string, perm fs.FileMode) (err error) {
+// copyFile copies one regular file, keeping its size and holes, and the
+// owner, mode and times of info, the source's (keepFileAttrs).
+func (c copier) copyFile(dst, src string, info fs.FileInfo) (err error) {
 	in, err := os.Open(src)
 	if err != nil {
 		return fmt.Errorf("open copy source: %w", err)
 	}
 	defer in.Close()
-	out, err := os.OpenFile(dst, os.O_WRONLY|os.O_CREATE|os.O_EXCL, perm)
+	out, err := os.OpenFile(dst, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
 	if err != nil {
 		return fmt.Errorf("create copy target: %w", err)
 	}
@@ -181,7 +192,7 @@ func (c copier) copyFile(dst, src string, perm fs.FileMode) (err error) {
 		}
 	}()
 	if !c.noReflink && unix.IoctlFileClone(int(out.Fd()), int(in.Fd())) == nil {
-		return c.finish(out)
+		return c.finish(out, info)
 	}
 	size, err := in.Seek(0, io.SeekEnd)
 	if err != nil {
@@ -193,7 +204,7 @@ func (c copier) copyFile(dst, src string, perm fs.FileMode) (err error) {
 	if err := out.Truncate(size); err != nil {
 		return fmt.Errorf("size copy target: %w", err)
 	}
-	return c.finish(out)
+	return c.finish(out, info)
 }
 
 // copyData copies the data of in (size bytes) to out, the new file dst.
@@ -214,7 +225,12 @@ func (c copier) copyData(out *os.File, dst string, in *os.File, size int64) erro
 	return copyExtents(out, in, size, c.sync)
 }
 
-func (c copier) finish(out *os.File) error {
+// finish gives the copy out its source's owner, mode and times (info) and,
+// with sync, flushes it.
+func (c copier) finish(out *os.File, info fs.FileInfo) error {
+	if err := keepFileAttrs(out, info); err != nil {
+		return err
+	}
 	if !c.sync {
 		return nil
 	}

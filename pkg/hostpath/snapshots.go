@@ -63,12 +63,16 @@ func (s *controllerServer) CreateSnapshot(ctx context.Context, req *csi.CreateSn
 // the volume holds no data (recordEmptySnapshot), otherwise a copy of its
 // data and a record (copySnapshot). The caller holds the locks of both.
 func (d *Driver) takeSnapshot(snap state.Snapshot) error {
-	empty, mode, err := holdsNoData(d.volumePath(snap.SourceVolumeID), snap.SizeBytes)
+	empty, info, err := holdsNoData(d.volumePath(snap.SourceVolumeID), snap.SizeBytes)
 	if err != nil {
 		return status.Errorf(codes.Internal, "inspect source volume: %v", err)
 	}
 	if empty {
-		snap.Empty, snap.Mode = true, mode
+		st, err := statOf(info)
+		if err != nil {
+			return status.Errorf(codes.Internal, "inspect source volume: %v", err)
+		}
+		snap.Empty, snap.Mode, snap.UID, snap.GID = true, info.Mode()&modeBits, st.Uid, st.Gid
 		return d.recordEmptySnapshot(snap)
 	}
 	return d.copySnapshot(snap)
@@ -76,31 +80,30 @@ func (d *Driver) takeSnapshot(snap state.Snapshot) error {
 
 // holdsNoData reports whether the volume data at path holds nothing to
 // copy: a directory without entries, or a file of size bytes without a data
-// extent. It also returns the permission bits of the directory or file.
+// extent. It also returns what the directory or file is (mode and owner).
 // Where the filesystem cannot tell holes from data, a file holds data.
-func holdsNoData(path string, size int64) (bool, fs.FileMode, error) {
+func holdsNoData(path string, size int64) (bool, fs.FileInfo, error) {
 	f, err := os.Open(path)
 	if err != nil {
-		return false, 0, err
+		return false, nil, err
 	}
 	defer f.Close()
 	info, err := f.Stat()
 	if err != nil {
-		return false, 0, err
+		return false, nil, err
 	}
-	mode := info.Mode() & (fs.ModePerm | fs.ModeSetuid | fs.ModeSetgid | fs.ModeSticky)
 	switch {
 	case info.IsDir():
 		_, err := f.Readdirnames(1)
 		if errors.Is(err, io.EOF) {
-			return true, mode, nil
+			return true, info, nil
 		}
-		return false, mode, err
+		return false, info, err
 	case !info.Mode().IsRegular() || info.Size() != size:
-		return false, mode, nil
+		return false, info, nil
 	}
 	_, err = unix.Seek(int(f.Fd()), 0, unix.SEEK_DATA)
-	return errors.Is(err, unix.ENXIO), mode, nil
+	return errors.Is(err, unix.ENXIO), info, nil
 }
 
 // recordEmptySnapshot records a snapshot of a volume that holds no data.

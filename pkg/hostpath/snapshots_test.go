@@ -87,6 +87,9 @@ func TestEmptyMountSnapshotIsRecordOnly(t *testing.T) {
 	e := newTestEnv(t, func(o *Options) { o.Sync = true; o.BackgroundRestoreSync = true })
 	vol := e.createVolume(t, "empty-fs", 8<<20, mountCap())
 	const mode = 0o751 | fs.ModeSetgid
+	if canChown {
+		mustDo(t, os.Lchown(e.d.volumePath(vol.GetVolumeId()), 999, 998)) // before chmod, which chown undoes
+	}
 	if err := os.Chmod(e.d.volumePath(vol.GetVolumeId()), mode); err != nil {
 		t.Fatal(err)
 	}
@@ -117,6 +120,9 @@ func TestEmptyMountSnapshotIsRecordOnly(t *testing.T) {
 	}
 	if got := modeOf(t, path); got != mode {
 		t.Fatalf("restored root has mode %v, want %v", got, mode)
+	}
+	if a := treeAttrs(t, path)["."]; canChown && (a.uid != 999 || a.gid != 998) {
+		t.Fatalf("restored root is owned by %d:%d, want 999:998", a.uid, a.gid)
 	}
 	if hasMarker(t, e.d.opts.DataDir, restored) {
 		t.Fatal("a restore from an empty snapshot left a pending-restore marker")

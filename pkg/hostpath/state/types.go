@@ -65,6 +65,10 @@ type Snapshot struct {
 	// Mode holds the permission bits of an empty snapshot's source: of the
 	// root directory of a filesystem volume, of a block volume's file.
 	Mode fs.FileMode `json:"mode,omitempty"`
+	// UID and GID own an empty snapshot's source root; a volume restored
+	// from it gets them when the driver runs as root.
+	UID uint32 `json:"uid,omitempty"`
+	GID uint32 `json:"gid,omitempty"`
 }
 
 // Manifest summarises a data tree: the number of directories, regular
