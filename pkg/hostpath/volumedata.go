@@ -1,0 +1,169 @@
+package hostpath
+
+import (
+	"errors"
+	"io/fs"
+	"os"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/shutter-csi/shutter/pkg/hostpath/state"
+)
+
+// Building a new volume's data: empty, or copied from a snapshot or another
+// volume.
+
+// volumeData is what a new volume is made of: a copy of the data at path,
+// or, with path "", nothing. A volume without data gets the default
+// permission bits, or, when setMode is set (an empty snapshot's), mode and
+// the owner uid and gid.
+type volumeData struct {
+	path     string
+	mode     fs.FileMode
+	uid, gid uint32
+	setMode  bool
+}
+
+// snapshotData is what a volume restored from snap is made of.
+func (d *Driver) snapshotData(snap state.Snapshot) volumeData {
+	if snap.Empty {
+		return volumeData{mode: snap.Mode, uid: snap.UID, gid: snap.GID, setMode: true}
+	}
+	return volumeData{path: d.snapshotPath(snap.ID)}
+}
+
+// volumeSource resolves a content source to what the new volume is made
+// of and checks that the source fits the request.
+func (d *Driver) volumeSource(spec volumeSpec) (volumeData, error) {
+	var data volumeData
+	var size int64
+	var accessType state.AccessType
+	switch {
+	case spec.sourceSnap != "":
+		snap, ok := d.snapshots.Get(spec.sourceSnap)
+		if !ok {
+			return data, status.Errorf(codes.NotFound, "snapshot %s not found", spec.sourceSnap)
+		}
+		data, size, accessType = d.snapshotData(snap), snap.SizeBytes, snap.AccessType
+	case spec.sourceVol != "":
+		src, ok := d.volumes.Get(spec.sourceVol)
+		if !ok {
+			return data, status.Errorf(codes.NotFound, "volume %s not found", spec.sourceVol)
+		}
+		data, size, accessType = volumeData{path: d.volumePath(src.ID)}, src.CapacityBytes, src.AccessType
+	default:
+		return data, nil
+	}
+	if accessType != spec.accessType {
+		return volumeData{}, status.Errorf(codes.InvalidArgument, "source is a %s volume, the request asks for %s", accessType, spec.accessType)
+	}
+	if size > spec.size {
+		return volumeData{}, status.Errorf(codes.OutOfRange, "source holds %d bytes, more than the %d requested", size, spec.size)
+	}
+	return data, nil
+}
+
+// buildVolume creates a volume's data under a temporary name, from source
+// with c when it names data, renames it into place and flushes it (see
+// installData). c.sync says whether copied data itself is flushed.
+func (d *Driver) buildVolume(c copier, id string, accessType state.AccessType, size int64, source volumeData) error {
+	final := d.volumePath(id)
+	tmp := tempPath(final)
+	made, err := d.writeVolumeData(c, tmp, accessType, size, source)
+	if errors.Is(err, fs.ErrExist) {
+		// Left by an attempt whose cleanup failed; Recover removes it too.
+		if err := os.RemoveAll(tmp); err != nil {
+			return status.Errorf(codes.Internal, "clear temp data: %v", err)
+		}
+		made, err = d.writeVolumeData(c, tmp, accessType, size, source)
+	}
+	if err != nil {
+		_ = os.RemoveAll(tmp)
+		return status.Errorf(codes.Internal, "create volume data: %v", err)
+	}
+	return d.installData(c, tmp, final, made)
+}
+
+// writeVolumeData creates a volume's data at path: a copy of source, or an
+// empty directory or sparse file of size bytes.
+func (d *Driver) writeVolumeData(c copier, path string, accessType state.AccessType, size int64, source volumeData) (copied, error) {
+	if source.path != "" {
+		made, err := c.copyPath(path, source.path)
+		if err == nil && accessType == state.AccessBlock {
+			err = resizeFile(path, size, c.sync)
+		}
+		return made, err
+	}
+	if accessType == state.AccessMount {
+		return makeEmptyDir(path, source)
+	}
+	return copied{}, makeEmptyFile(path, size, source, d.opts.Sync)
+}
+
+// makeEmptyDir creates an empty filesystem volume at path. Pods of any user
+// must be able to write a new volume; one restored from an empty snapshot
+// gets the snapshot's permission bits and owner.
+func makeEmptyDir(path string, source volumeData) (copied, error) {
+	if err := os.Mkdir(path, 0o750); err != nil {
+		return copied{}, err
+	}
+	mode := fs.FileMode(0o777)
+	if source.setMode {
+		mode = source.mode
+		if canChown {
+			if err := os.Lchown(path, int(source.uid), int(source.gid)); err != nil {
+				return copied{}, err
+			}
+		}
+	}
+	return copied{dirs: []string{"."}}, os.Chmod(path, mode)
+}
+
+// makeEmptyFile creates an empty block volume at path: a sparse file of
+// size bytes, with an empty snapshot's permission bits and owner when it is
+// restored from one. With sync it is flushed.
+func makeEmptyFile(path string, size int64, source volumeData, sync bool) (err error) {
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o660)
+	if err != nil {
+		return err
+	}
+	defer func() {
+		if cerr := f.Close(); err == nil {
+			err = cerr
+		}
+	}()
+	if err := f.Truncate(size); err != nil {
+		return err
+	}
+	if source.setMode {
+		if canChown {
+			if err := f.Chown(int(source.uid), int(source.gid)); err != nil {
+				return err
+			}
+		}
+		if err := f.Chmod(source.mode); err != nil {
+			return err
+		}
+	}
+	if sync {
+		return f.Sync()
+	}
+	return nil
+}
+
+// resizeFile sets a block volume's size, leaving new space as a hole.
+func resizeFile(path string, size int64, sync bool) error {
+	f, err := os.OpenFile(path, os.O_WRONLY, 0)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	if err := f.Truncate(size); err != nil {
+		return err
+	}
+	if sync {
+		return f.Sync()
+	}
+	return nil
+}
