@@ -164,3 +164,27 @@ func TestPreferListResponses(t *testing.T) {
 		t.Error("gates replaced although KUBE_FEATURE_WatchListClient is set")
 	}
 }
+
+// TestLowerGCWhileSyncing: the target drops to SyncGCPercent and comes back once; a lower or
+// disabled target is left alone.
+func TestLowerGCWhileSyncing(t *testing.T) {
+	saved := debug.SetGCPercent(50)
+	t.Cleanup(func() { debug.SetGCPercent(saved) })
+	restore := LowerGCWhileSyncing()
+	if got := debug.SetGCPercent(SyncGCPercent); got != SyncGCPercent {
+		t.Errorf("while syncing the target is %d, want %d", got, SyncGCPercent)
+	}
+	restore()
+	restore()
+	if got := debug.SetGCPercent(10); got != 50 {
+		t.Errorf("after syncing the target is %d, want 50 back", got)
+	}
+	LowerGCWhileSyncing()()
+	if got := debug.SetGCPercent(-1); got != 10 {
+		t.Errorf("a lower target became %d", got)
+	}
+	LowerGCWhileSyncing()
+	if got := debug.SetGCPercent(50); got != -1 {
+		t.Errorf("a disabled collector got target %d", got)
+	}
+}

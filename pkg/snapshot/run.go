@@ -12,6 +12,7 @@ import (
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
 	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/record"
 	"k8s.io/klog/v2"
 
@@ -111,8 +112,14 @@ func runController(ctx context.Context, clients Clients, reg prometheus.Register
 		return err
 	}
 	reg.MustRegister(c.Collectors()...)
+	restoreGC := app.LowerGCWhileSyncing()
+	defer restoreGC()
 	kubeInformers.Start(ctx.Done())
 	snapInformers.Start(ctx.Done())
+	go func() {
+		cache.WaitForCacheSync(ctx.Done(), c.synced...)
+		restoreGC()
+	}()
 	if opts.Groups {
 		go enableGroupsWhenServed(ctx, kube, c, snapInformers)
 	}
