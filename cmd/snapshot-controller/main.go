@@ -27,7 +27,7 @@ func main() {
 	klog.InitFlags(fs)
 	// Client-side limits sized so that hundreds of snapshots created at once are not throttled;
 	// API Priority and Fairness protects the server. See the README.
-	opts.Client.AddFlags(fs, 200, 400)
+	opts.Client.AddFlags(fs, 100, 200)
 	opts.LeaderElection.AddFlags(fs)
 	opts.HTTP.AddFlags(fs, "Address (host:port) serving /metrics, /healthz and /healthz/leader-election; empty serves nothing.")
 	fs.DurationVar(&opts.RetryCRDIntervalMax, "retry-crd-interval-max", 30*time.Second, "Longest wait between checks for the snapshot CRDs at start; past it the controller exits.")
