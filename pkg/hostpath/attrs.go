@@ -57,7 +57,8 @@ func keepFileAttrs(f *os.File, info fs.FileInfo) error {
 	if err := f.Chmod(info.Mode() & modeBits); err != nil {
 		return fmt.Errorf("keep mode: %w", err)
 	}
-	if err := unix.UtimesNanoAt(int(f.Fd()), "", timesOf(st), unix.AT_EMPTY_PATH); err != nil {
+	// By name: utimensat takes AT_EMPTY_PATH only on recent kernels.
+	if err := unix.UtimesNanoAt(unix.AT_FDCWD, f.Name(), timesOf(st), 0); err != nil {
 		return fmt.Errorf("keep times: %w", err)
 	}
 	return nil
