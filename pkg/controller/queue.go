@@ -57,6 +57,17 @@ const paceInterval = 100 * time.Microsecond
 
 // NewQueue makes a queue whose workers call sync. Its name shows in workqueue metrics and logs.
 func NewQueue[K comparable](name string, opts Options, sync SyncFunc[K]) *Queue[K] {
+	return newQueue(name, opts, sync, workqueue.DefaultQueue[K]())
+}
+
+// NewUrgentFirstQueue is NewQueue whose workers take the waiting keys for which urgent holds
+// before the others. urgent runs under the queue's lock: it must be quick and must not touch
+// the queue.
+func NewUrgentFirstQueue[K comparable](name string, opts Options, sync SyncFunc[K], urgent func(K) bool) *Queue[K] {
+	return newQueue(name, opts, sync, newTwoClassFIFO(urgent))
+}
+
+func newQueue[K comparable](name string, opts Options, sync SyncFunc[K], store workqueue.Queue[K]) *Queue[K] {
 	if opts.RetryStart <= 0 {
 		opts.RetryStart = time.Second
 	}
@@ -73,7 +84,13 @@ func NewQueue[K comparable](name string, opts Options, sync SyncFunc[K]) *Queue[
 	return &Queue[K]{
 		name:  name,
 		sync:  sync,
-		queue: workqueue.NewTypedRateLimitingQueueWithConfig(limiter, workqueue.TypedRateLimitingQueueConfig[K]{Name: name}),
+		queue: workqueue.NewTypedRateLimitingQueueWithConfig(limiter, workqueue.TypedRateLimitingQueueConfig[K]{
+			Name:          name,
+			DelayingQueue: workqueue.NewTypedDelayingQueueWithConfig(workqueue.TypedDelayingQueueConfig[K]{
+				Name:  name,
+				Queue: workqueue.NewTypedWithConfig(workqueue.TypedQueueConfig[K]{Name: name, Queue: store}),
+			}),
+		}),
 	}
 }
 
