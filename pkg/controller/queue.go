@@ -82,10 +82,10 @@ func newQueue[K comparable](name string, opts Options, sync SyncFunc[K], store w
 		&workqueue.TypedBucketRateLimiter[K]{Limiter: rate.NewLimiter(rate.Limit(opts.QPS), opts.Burst)},
 	)
 	return &Queue[K]{
-		name:  name,
-		sync:  sync,
+		name: name,
+		sync: sync,
 		queue: workqueue.NewTypedRateLimitingQueueWithConfig(limiter, workqueue.TypedRateLimitingQueueConfig[K]{
-			Name:          name,
+			Name: name,
 			DelayingQueue: workqueue.NewTypedDelayingQueueWithConfig(workqueue.TypedDelayingQueueConfig[K]{
 				Name:  name,
 				Queue: workqueue.NewTypedWithConfig(workqueue.TypedQueueConfig[K]{Name: name, Queue: store}),
