@@ -16,7 +16,6 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
-	"k8s.io/klog/v2/ktesting"
 )
 
 // driverProcess is the hostpath-driver binary running as a child process.
@@ -201,11 +200,7 @@ func TestRecoverRemovesIncompleteGroup(t *testing.T) {
 	if err := os.Mkdir(tempPath(e.d.volumePath("vol-half")), 0o755); err != nil {
 		t.Fatal(err)
 	}
-	_, ctx := ktesting.NewTestContext(t)
-	d, err := New(ctx, e.d.opts)
-	if err != nil {
-		t.Fatal(err)
-	}
+	d := e.restart(t)
 	member := g.GetSnapshots()[0].GetSnapshotId()
 	if _, ok := d.snapshots.Get(member); ok {
 		t.Fatal("member of a group without record survived recovery")
@@ -251,11 +246,7 @@ func TestRecoverDropsSnapshotNotMatchingManifest(t *testing.T) {
 	if err := os.RemoveAll(filepath.Join(e.d.snapshotPath(torn.GetSnapshotId()), "a", "b")); err != nil {
 		t.Fatal(err)
 	}
-	_, ctx := ktesting.NewTestContext(t)
-	d, err := New(ctx, e.d.opts)
-	if err != nil {
-		t.Fatal(err)
-	}
+	d := e.restart(t)
 	if _, ok := d.snapshots.Get(torn.GetSnapshotId()); ok {
 		t.Fatal("a snapshot whose data lost a directory survived recovery")
 	}

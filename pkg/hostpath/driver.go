@@ -67,7 +67,9 @@ const TopologyKey = "topology.hostpath.csi.shutter.dev/node"
 // services (and SnapshotMetadata when enabled) for one node.
 type Driver struct {
 	opts Options
-	log  *state.Log
+	// dataLock keeps other drivers out of opts.DataDir until Close.
+	dataLock *dataDirLock
+	log      *state.Log
 	// logSharesDevice says the record log is on the same filesystem as the
 	// data, so flushing data flushes the log's writes too.
 	logSharesDevice bool
@@ -88,11 +90,13 @@ type Driver struct {
 }
 
 // Run starts the driver with opts and serves until ctx is cancelled.
-func Run(ctx context.Context, opts Options) error {
+func Run(ctx context.Context, opts Options) (err error) {
 	d, err := New(ctx, opts)
 	if err != nil {
 		return err
 	}
+	// Close only after serving has ended: it releases the data directory.
+	defer func() { err = errors.Join(err, d.Close()) }()
 	path, err := socketPath(opts.Endpoint)
 	if err != nil {
 		return err
@@ -111,8 +115,10 @@ func Run(ctx context.Context, opts Options) error {
 	return d.Serve(ctx, lis)
 }
 
-// New opens the data directory, recovers from any interrupted operation and
-// returns a driver ready to serve.
+// New locks and opens the data directory, recovers from any interrupted
+// operation and returns a driver ready to serve. It fails while another
+// driver, in this process or another, has the directory open. Close
+// releases it.
 func New(ctx context.Context, opts Options) (*Driver, error) {
 	if err := opts.Validate(); err != nil {
 		return nil, err
@@ -130,21 +136,50 @@ func New(ctx context.Context, opts Options) (*Driver, error) {
 		now:      time.Now,
 		reserved: map[string]int64{},
 	}
-	if err := d.openState(ctx); err != nil {
+	var err error
+	// Lock before reading anything: recovery removes data it finds no
+	// record for, which would be another driver's work in progress.
+	if d.dataLock, err = lockDataDir(opts.DataDir); err != nil {
 		return nil, err
 	}
-	d.quiesce = newQuiescer(opts)
-	if opts.GroupSnapshotQuiesce && os.Geteuid() != 0 {
+	if err = d.open(ctx); err != nil {
+		return nil, errors.Join(err, d.Close())
+	}
+	return d, nil
+}
+
+// open opens the state and recovers from what a crash interrupted.
+func (d *Driver) open(ctx context.Context) error {
+	if err := d.openState(ctx); err != nil {
+		return err
+	}
+	d.quiesce = newQuiescer(d.opts)
+	if d.opts.GroupSnapshotQuiesce && os.Geteuid() != 0 {
 		klog.FromContext(ctx).Info("Group snapshots are not quiesced: finding and stopping the processes that use volumes needs root")
 		d.quiesce.enabled = false
 	}
 	if err := d.quiesce.recover(ctx); err != nil {
-		return nil, fmt.Errorf("recover state: %w", err)
+		return fmt.Errorf("recover state: %w", err)
 	}
 	if err := d.recover(ctx); err != nil {
-		return nil, fmt.Errorf("recover state: %w", err)
+		return fmt.Errorf("recover state: %w", err)
 	}
-	return d, nil
+	return nil
+}
+
+// Close waits for background restore flushes, which still write records,
+// closes the record log and then releases the data directory, so that
+// another driver may open it. Call it once, after Serve has returned; Run
+// does. A killed driver needs no Close: the kernel releases the lock.
+func (d *Driver) Close() error {
+	var err error
+	if d.restores != nil {
+		d.restores.drain()
+	}
+	if d.log != nil {
+		err = d.log.Close()
+	}
+	return errors.Join(err, d.dataLock.release())
 }
 
 // openState opens the record log and its tables below DataDir/state.

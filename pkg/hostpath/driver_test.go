@@ -7,6 +7,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"sync"
 	"testing"
 
 	"github.com/container-storage-interface/spec/lib/go/csi"
@@ -28,12 +29,26 @@ type testEnv struct {
 	group csi.GroupControllerClient
 	meta  csi.SnapshotMetadataClient
 	ident csi.IdentityClient
+	// stop ends serving and closes the driver; it may be called again.
+	stop func()
 }
 
 // newTestEnv starts a driver with test defaults, changed by opts.
 func newTestEnv(t testing.TB, opts ...func(*Options)) *testEnv {
 	t.Helper()
 	dir := t.TempDir()
+	o := testOptions(dir)
+	for _, f := range opts {
+		f(&o)
+	}
+	e := &testEnv{dir: dir}
+	e.start(t, o)
+	return e
+}
+
+// testOptions are the test defaults for a driver with its data and socket
+// below dir.
+func testOptions(dir string) Options {
 	o := DefaultOptions()
 	o.NodeID = "node-1"
 	o.DataDir = filepath.Join(dir, "data")
@@ -41,9 +56,13 @@ func newTestEnv(t testing.TB, opts ...func(*Options)) *testEnv {
 	o.EnableSnapshotMetadata = true
 	o.EnableAttach = true
 	o.Sync = false
-	for _, f := range opts {
-		f(&o)
-	}
+	return o
+}
+
+// start opens a driver with o, serves it on the env's socket and points
+// the clients at it.
+func (e *testEnv) start(t testing.TB, o Options) {
+	t.Helper()
 	// Benchmarks measure the driver, not log formatting, and a fuzz
 	// target's F must not be used by the server's goroutines.
 	ctx := klog.NewContext(context.Background(), logr.Discard())
@@ -53,27 +72,44 @@ func newTestEnv(t testing.TB, opts ...func(*Options)) *testEnv {
 	ctx, cancel := context.WithCancel(ctx)
 	d, err := New(ctx, o)
 	if err != nil {
+		cancel()
 		t.Fatal(err)
 	}
-	lis, err := net.Listen("unix", filepath.Join(dir, "csi.sock"))
+	sock := filepath.Join(e.dir, "csi.sock")
+	lis, err := net.Listen("unix", sock)
 	if err != nil {
 		t.Fatal(err)
 	}
 	done := make(chan error, 1)
 	go func() { done <- d.Serve(ctx, lis) }()
-	conn, err := grpc.NewClient("unix://"+filepath.Join(dir, "csi.sock"), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	conn, err := grpc.NewClient("unix://"+sock, grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() {
-		_ = conn.Close()
-		cancel()
-		<-done
-	})
-	return &testEnv{
-		d: d, dir: dir, ctrl: csi.NewControllerClient(conn), node: csi.NewNodeClient(conn),
-		group: csi.NewGroupControllerClient(conn), meta: csi.NewSnapshotMetadataClient(conn), ident: csi.NewIdentityClient(conn),
+	var once sync.Once
+	e.stop = func() {
+		once.Do(func() {
+			_ = conn.Close()
+			cancel()
+			<-done
+			if err := d.Close(); err != nil {
+				t.Errorf("close driver: %v", err)
+			}
+		})
 	}
+	t.Cleanup(e.stop)
+	e.d, e.ctrl, e.node = d, csi.NewControllerClient(conn), csi.NewNodeClient(conn)
+	e.group, e.meta, e.ident = csi.NewGroupControllerClient(conn), csi.NewSnapshotMetadataClient(conn), csi.NewIdentityClient(conn)
+}
+
+// restart stops the driver and starts a new one on the same data
+// directory, as a restarted process would, and returns it. The first must
+// be closed first: the data directory admits one driver at a time.
+func (e *testEnv) restart(t testing.TB) *Driver {
+	t.Helper()
+	e.stop()
+	e.start(t, e.d.opts)
+	return e.d
 }
 
 func blockCap() *csi.VolumeCapability {

@@ -10,7 +10,6 @@ import (
 	"time"
 
 	"github.com/container-storage-interface/spec/lib/go/csi"
-	"k8s.io/klog/v2/ktesting"
 
 	"github.com/shutter-csi/shutter/pkg/hostpath/state"
 )
@@ -84,11 +83,7 @@ func TestRecoverRestoreAfterReboot(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	_, ctx := ktesting.NewTestContext(t)
-	d, err := New(ctx, e.d.opts)
-	if err != nil {
-		t.Fatal(err)
-	}
+	d := e.restart(t)
 	d.restores.drain()
 	got, err := os.ReadFile(d.volumePath(volID))
 	if err != nil || !bytes.Equal(got, want) {
@@ -116,11 +111,7 @@ func TestRecoverRestoreAfterProcessRestart(t *testing.T) {
 	if err := e.d.restores.markers.Put(volID, m); err != nil {
 		t.Fatal(err)
 	}
-	_, ctx := ktesting.NewTestContext(t)
-	d, err := New(ctx, e.d.opts)
-	if err != nil {
-		t.Fatal(err)
-	}
+	d := e.restart(t)
 	if err := d.restores.wait(context.Background(), volID); err != nil {
 		t.Fatal(err)
 	}
@@ -146,11 +137,7 @@ func TestRecoverRestoreCutShort(t *testing.T) {
 	if err := os.Truncate(e.d.volumePath(volID), 1<<20); err != nil {
 		t.Fatal(err)
 	}
-	_, ctx := ktesting.NewTestContext(t)
-	d, err := New(ctx, e.d.opts)
-	if err != nil {
-		t.Fatal(err)
-	}
+	d := e.restart(t)
 	got, err := os.ReadFile(d.volumePath(volID))
 	if err != nil || !bytes.Equal(got, want) {
 		t.Fatalf("volume not restored again after an unfinished copy (%d bytes, err %v)", len(got), err)

@@ -11,7 +11,6 @@ import (
 
 	"github.com/container-storage-interface/spec/lib/go/csi"
 	"golang.org/x/sys/unix"
-	"k8s.io/klog/v2/ktesting"
 )
 
 // restoreVolume creates a volume of size bytes from a snapshot and returns
@@ -105,11 +104,7 @@ func TestEmptyMountSnapshotIsRecordOnly(t *testing.T) {
 	}
 
 	// A restarted driver keeps the snapshot: it needs no data.
-	_, ctx := ktesting.NewTestContext(t)
-	d, err := New(ctx, e.d.opts)
-	if err != nil {
-		t.Fatal(err)
-	}
+	d := e.restart(t)
 	wantEmptyRecord(t, d, snap.GetSnapshotId(), mode)
 
 	restored := e.restoreVolume(t, "empty-fs-restored", snap.GetSnapshotId(), 16<<20, mountCap())
@@ -238,11 +233,7 @@ func TestRecoverRemovesDataOfEmptySnapshot(t *testing.T) {
 		t.Fatal(err)
 	}
 	wantNoData(t, e.d, gone.GetSnapshotId())
-	_, ctx := ktesting.NewTestContext(t)
-	d, err := New(ctx, e.d.opts)
-	if err != nil {
-		t.Fatal(err)
-	}
+	d := e.restart(t)
 	wantEmptyRecord(t, d, kept.GetSnapshotId(), 0o777)
 	wantNoData(t, d, kept.GetSnapshotId())
 }

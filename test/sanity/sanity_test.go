@@ -72,6 +72,9 @@ func TestSanity(t *testing.T) {
 		if err := <-done; err != nil {
 			t.Errorf("serve: %v", err)
 		}
+		if err := drv.Close(); err != nil {
+			t.Errorf("close driver: %v", err)
+		}
 	})
 
 	cfg := sanity.NewTestConfig()
