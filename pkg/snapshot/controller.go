@@ -265,16 +265,18 @@ func (c *Controller) onClass(*snapshotv1.VolumeSnapshotClass) {
 	}
 }
 
-// nearlyDone tells whether a snapshot's next sync is likely to finish it: its content exists and
-// it is not ready yet. Such keys are taken before new snapshots, so that in a burst each snapshot
-// is done soon after its backend snapshot is, instead of after every other snapshot's first steps.
+// nearlyDone tells whether a snapshot's next sync is likely to finish it: it is not ready yet and
+// the sidecar has reported on its content. Such keys are taken before new snapshots, so that in a
+// burst each snapshot is done soon after its backend snapshot is, instead of after every other
+// snapshot's first steps. A content without a report is not urgent: looking at it early would
+// only write a not-ready status that the report then replaces.
 func (c *Controller) nearlyDone(key controller.Key) bool {
 	vs, err := c.snapshots.VolumeSnapshots(key.Namespace).Get(key.Name)
 	if err != nil || vs.DeletionTimestamp != nil || isReady(vs) {
 		return false
 	}
 	content, err := c.contentOf(vs)
-	return err == nil && content != nil
+	return err == nil && content != nil && content.Status != nil
 }
 
 func (c *Controller) syncSnapshotKey(ctx context.Context, key controller.Key) error {
