@@ -58,3 +58,25 @@ func TestPromotedKeyIsHandedOutOnce(t *testing.T) {
 		t.Errorf("%d keys left", q.Len())
 	}
 }
+
+// TestPromotedAgain: a key with a stale copy still waiting can be promoted again in its next wait.
+func TestPromotedAgain(t *testing.T) {
+	urgent := map[string]bool{}
+	q := NewUrgentFirstQueue[string]("again", Options{}, func(context.Context, string) error { return nil },
+		func(key string) bool { return urgent[key] })
+	defer q.ShutDown()
+	for _, key := range []string{"a", "b", "c"} {
+		q.Add(key)
+	}
+	urgent["c"] = true
+	q.Add("c") // promoted; a stale copy stays behind b
+	key, _ := q.queue.Get()
+	q.queue.Done(key)
+	urgent["c"] = false
+	q.Add("c") // waits as an ordinary key
+	urgent["c"] = true
+	q.Add("c") // promoted again
+	if got := takeAll(q); !slices.Equal(got, []string{"c", "a", "b"}) {
+		t.Errorf("order %v, want [c a b]", got)
+	}
+}
