@@ -93,22 +93,39 @@ func WaitClaimBound(ctx context.Context, kube kubernetes.Interface, namespace, n
 	return nil
 }
 
-// DeleteClaim deletes the claim and its volume object, and waits until the claim is gone (its
-// finalizers released).
+// DeleteClaim deletes the claim and its volume object, and waits until both are gone (their
+// finalizers released), so the names can be used again at once.
 func DeleteClaim(ctx context.Context, kube kubernetes.Interface, c Claim) error {
-	err := kube.CoreV1().PersistentVolumeClaims(c.Namespace).Delete(ctx, c.Name, metav1.DeleteOptions{})
-	if err != nil && !apierrors.IsNotFound(err) {
+	claims, volumes := kube.CoreV1().PersistentVolumeClaims(c.Namespace), kube.CoreV1().PersistentVolumes()
+	if err := deleteAndWait(ctx, "claim "+c.Namespace+"/"+c.Name, func(ctx context.Context) error {
+		return claims.Delete(ctx, c.Name, metav1.DeleteOptions{})
+	}, func(ctx context.Context) error {
+		_, err := claims.Get(ctx, c.Name, metav1.GetOptions{})
+		return err
+	}); err != nil {
 		return err
 	}
-	err = wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
-		_, err := kube.CoreV1().PersistentVolumeClaims(c.Namespace).Get(ctx, c.Name, metav1.GetOptions{})
+	return deleteAndWait(ctx, "PersistentVolume "+c.PVName(), func(ctx context.Context) error {
+		return volumes.Delete(ctx, c.PVName(), metav1.DeleteOptions{})
+	}, func(ctx context.Context) error {
+		_, err := volumes.Get(ctx, c.PVName(), metav1.GetOptions{})
+		return err
+	})
+}
+
+// deleteAndWait calls del, then polls get until it reports NotFound.
+func deleteAndWait(ctx context.Context, what string, del, get func(context.Context) error) error {
+	if err := ignoreNotFound(del(ctx)); err != nil {
+		return err
+	}
+	err := wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
+		err := get(ctx)
 		return apierrors.IsNotFound(err), ignoreNotFound(err)
 	})
 	if err != nil {
-		return fmt.Errorf("claim %s/%s not deleted: %w", c.Namespace, c.Name, err)
+		return fmt.Errorf("%s not deleted: %w", what, err)
 	}
-	err = kube.CoreV1().PersistentVolumes().Delete(ctx, c.PVName(), metav1.DeleteOptions{})
-	return ignoreNotFound(err)
+	return nil
 }
 
 func ignoreNotFound(err error) error {
