@@ -80,6 +80,9 @@ type Driver struct {
 	copier          copier
 	restores        *restoreSyncer
 	quiesce         *quiescer
+	// calls counts CSI calls whose handlers still run; Close waits for them
+	// (after a forced stop, gRPC no longer does).
+	calls sync.WaitGroup
 	// now is the clock; tests may replace it.
 	now func() time.Time
 
@@ -167,12 +170,14 @@ func (d *Driver) open(ctx context.Context) error {
 	return nil
 }
 
-// Close waits for background restore flushes, which still write records,
-// closes the record log and then releases the data directory, so that
+// Close waits for CSI handlers that still run (a forced stop cancels their
+// contexts but does not wait for them) and for background restore flushes,
+// which still write records, closes the record log and then releases the data directory, so that
 // another driver may open it. Call it once, after Serve has returned; Run
 // does. A killed driver needs no Close: the kernel releases the lock.
 func (d *Driver) Close() error {
 	var err error
+	d.calls.Wait()
 	if d.restores != nil {
 		d.restores.drain()
 	}
@@ -214,8 +219,8 @@ func (d *Driver) openState(ctx context.Context) error {
 func (d *Driver) Serve(ctx context.Context, lis net.Listener) error {
 	logger := klog.FromContext(ctx)
 	srv := grpc.NewServer(
-		grpc.ChainUnaryInterceptor(logUnary(logger)),
-		grpc.ChainStreamInterceptor(logStream(logger)),
+		grpc.ChainUnaryInterceptor(countUnary(&d.calls), logUnary(logger)),
+		grpc.ChainStreamInterceptor(countStream(&d.calls), logStream(logger)),
 	)
 	csi.RegisterIdentityServer(srv, &identityServer{d: d})
 	csi.RegisterControllerServer(srv, &controllerServer{d: d})

@@ -2,6 +2,7 @@ package hostpath
 
 import (
 	"context"
+	"sync"
 	"time"
 
 	"github.com/kubernetes-csi/csi-lib-utils/protosanitizer"
@@ -9,6 +10,24 @@ import (
 	"google.golang.org/grpc/status"
 	"k8s.io/klog/v2"
 )
+
+// countUnary counts unary calls in calls while their handlers run.
+func countUnary(calls *sync.WaitGroup) grpc.UnaryServerInterceptor {
+	return func(ctx context.Context, req any, _ *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
+		calls.Add(1)
+		defer calls.Done()
+		return handler(ctx, req)
+	}
+}
+
+// countStream does for streaming calls what countUnary does for unary ones.
+func countStream(calls *sync.WaitGroup) grpc.StreamServerInterceptor {
+	return func(srv any, ss grpc.ServerStream, _ *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
+		calls.Add(1)
+		defer calls.Done()
+		return handler(srv, ss)
+	}
+}
 
 // logUnary is the one interceptor that logs every unary CSI call: method,
 // duration and status code, and at V(5) the request and response with

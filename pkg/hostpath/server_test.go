@@ -4,6 +4,7 @@ import (
 	"context"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/container-storage-interface/spec/lib/go/csi"
 	"github.com/go-logr/logr/funcr"
@@ -37,5 +38,36 @@ func TestLogUnaryStripsSecrets(t *testing.T) {
 	}
 	if !handlerLogger {
 		t.Error("handler got no contextual logger")
+	}
+}
+
+// TestCloseWaitsForHandlers: after a forced stop gRPC no longer waits for
+// handlers, so Close must, or a late handler writes to a closed record log.
+func TestCloseWaitsForHandlers(t *testing.T) {
+	d := &Driver{}
+	release, running := make(chan struct{}), make(chan struct{})
+	handlerDone := make(chan struct{})
+	go func() {
+		defer close(handlerDone)
+		_, _ = countUnary(&d.calls)(context.Background(), nil, &grpc.UnaryServerInfo{}, func(context.Context, any) (any, error) {
+			close(running)
+			<-release
+			return nil, nil
+		})
+	}()
+	<-running
+	closed := make(chan struct{})
+	go func() { _ = d.Close(); close(closed) }()
+	select {
+	case <-closed:
+		t.Fatal("Close returned while a handler still ran")
+	case <-time.After(100 * time.Millisecond):
+	}
+	close(release)
+	<-handlerDone
+	select {
+	case <-closed:
+	case <-time.After(10 * time.Second):
+		t.Fatal("Close did not return after the handler ended")
 	}
 }
