@@ -1,12 +1,9 @@
 package state
 
 import (
-	"bytes"
-	"encoding/binary"
 	"errors"
 	"fmt"
 	"hash/crc32"
-	"io/fs"
 	"maps"
 	"os"
 	"path/filepath"
@@ -25,6 +22,7 @@ const (
 	// frameHeader is the length and checksum before every frame body.
 	frameHeader = 8
 	// maxFrameBody bounds a frame body; a longer length is a torn header.
+	// Commit refuses a change whose frame would be longer.
 	maxFrameBody = 1 << 20
 	// A log is compacted once it is larger than compactMinBytes and more
 	// than compactRatio times the size its live records need.
@@ -34,7 +32,24 @@ const (
 	// ahead of its frames: appending then overwrites allocated blocks, so
 	// making a frame durable needs no metadata write.
 	logPrealloc = 1 << 20
+	// logLowWater is the preallocated space below which the log is
+	// extended before it runs out. Should the extension fail (a full disk),
+	// changes that fit in what is left still succeed: small ones, such as
+	// the deletes that free space, keep working.
+	logLowWater = 64 << 10
 )
+
+// MaxValueBytes is the largest record value Commit accepts with a table
+// name and ID of up to 1 KiB together. Callers bound what they store well
+// below it when a request arrives.
+const MaxValueBytes = maxFrameBody - 1<<10
+
+// ErrRecordTooLarge is returned, wrapped, for a change whose frame would be
+// longer than a frame may be. Nothing of it is written.
+var ErrRecordTooLarge = errors.New("record too large for the record log")
+
+// errClosed fails changes after Close.
+var errClosed = errors.New("record log is closed")
 
 // How a batch reaches the disk.
 type durability int
@@ -68,6 +83,15 @@ type change struct {
 	value []byte
 }
 
+// batch is the changes that go to disk with one write, and its outcome.
+type batch struct {
+	changes []change
+	// mode is the most demanding durability one of the changes asks for.
+	mode durability
+	done bool
+	err  error
+}
+
 // Log is the append-only, checksummed record log that all tables of one
 // driver share. Changes are appended as frames and group-committed: while
 // one write and flush is in progress, later changes queue up and go to disk
@@ -76,8 +100,8 @@ type change struct {
 type Log struct {
 	dir  string
 	sync bool
-	// dropped is the number of torn or corrupt tail bytes Open cut off.
-	dropped int64
+	// recovery is what Open found.
+	recovery Recovery
 
 	mu   sync.Mutex
 	cond *sync.Cond
@@ -90,86 +114,21 @@ type Log struct {
 	// size of the frames that a compacted log needs for them.
 	live      map[recordKey][]byte
 	liveBytes int64
-	// pending changes go to disk in batch started+1, as durably as the
-	// most demanding of them asks (pendingMode). done is the last batch
-	// finished; flushing says a leader is writing batch started.
-	pending     []change
-	pendingMode durability
-	started     uint64
-	done        uint64
-	flushing    bool
-	// err is set for good when a write, flush or compaction fails:
-	// after a failed flush the file's state is unknown, so every later
-	// change fails too, from batch failedFrom on, until the log is opened
-	// again.
-	err        error
-	failedFrom uint64
+	// next collects the changes for the batch after the one being
+	// written; flushing says a leader is writing one. started and done
+	// count the batches begun and finished.
+	next     *batch
+	flushing bool
+	started  uint64
+	done     uint64
+	closed   bool
+	// broken is set when a write, flush or compaction failed in a way that
+	// leaves the file's contents unknown (a flush that failed and is
+	// retried may report success for data it lost). The next batch first
+	// rewrites the log from the live records, as compaction does, and
+	// fails while that fails; once it succeeds the log works again.
+	broken error
 }
-
-// OpenLog opens the record log in dir, creating dir and the log if needed.
-// It reads every frame up to the first one that is incomplete or fails its
-// checksum and drops the rest (see the package documentation for why
-// nothing acknowledged can follow such a frame), and compacts the log when
-// it holds outdated frames or a damaged tail. With flush false nothing is
-// flushed: the log survives a process crash but not a power failure.
-func OpenLog(dir string, flush bool) (*Log, error) {
-	if err := os.MkdirAll(dir, 0o750); err != nil {
-		return nil, fmt.Errorf("create state dir: %w", err)
-	}
-	if err := removeTemps(dir, logName); err != nil {
-		return nil, err
-	}
-	l := &Log{dir: dir, sync: flush, live: map[recordKey][]byte{}}
-	l.cond = sync.NewCond(&l.mu)
-	path := filepath.Join(dir, logName)
-	data, err := os.ReadFile(path)
-	if errors.Is(err, fs.ErrNotExist) {
-		if _, err := l.install(l.image()); err != nil {
-			return nil, err
-		}
-		return l, nil
-	}
-	if err != nil {
-		return nil, fmt.Errorf("read record log: %w", err)
-	}
-	if !bytes.HasPrefix(data, []byte(logMagic)) {
-		return nil, fmt.Errorf("%s is not a record log", path)
-	}
-	good, err := replay(data[len(logMagic):], l.apply)
-	if err != nil {
-		return nil, fmt.Errorf("read record log %s: %w", path, err)
-	}
-	l.size = int64(len(logMagic)) + good
-	l.alloc = int64(len(data))
-	if tail := data[l.size:]; len(bytes.Trim(tail, "\x00")) > 0 {
-		// Zeros are preallocated space; anything else is a torn or
-		// corrupt frame.
-		l.dropped = int64(len(tail))
-	}
-	if l.f, err = os.OpenFile(path, os.O_RDWR, 0); err != nil {
-		return nil, fmt.Errorf("open record log: %w", err)
-	}
-	if l.dropped > 0 || l.size > int64(len(logMagic))+l.liveBytes {
-		// A torn tail or outdated frames: write the live records afresh.
-		if _, err := l.install(l.image()); err != nil {
-			_ = l.f.Close()
-			return nil, err
-		}
-		return l, nil
-	}
-	// A killed predecessor may have written frames it never flushed.
-	if flush {
-		if err := l.f.Sync(); err != nil {
-			_ = l.f.Close()
-			return nil, fmt.Errorf("sync record log: %w", err)
-		}
-	}
-	return l, nil
-}
-
-// Dropped returns the number of bytes of torn or corrupt frames that Open
-// cut from the end of the log.
-func (l *Log) Dropped() int64 { return l.dropped }
 
 // Close closes the log file. Changes after Close fail.
 func (l *Log) Close() error {
@@ -178,9 +137,7 @@ func (l *Log) Close() error {
 	for l.flushing {
 		l.cond.Wait()
 	}
-	if l.err == nil {
-		l.err, l.failedFrom = errors.New("record log is closed"), l.started+1
-	}
+	l.closed = true
 	return l.f.Close()
 }
 
@@ -212,114 +169,179 @@ func (l *Log) records(table string) map[string][]byte {
 // commit appends changes to the log, in order, with one write, and returns
 // once they are as durable as mode asks (when the log syncs; otherwise
 // once they are written). Concurrent commits share writes and flushes.
-// Callers must not commit changes to the same record concurrently.
+// Callers must not commit changes to the same record concurrently. A
+// change too large for a frame fails the commit before anything is
+// written.
 func (l *Log) commit(mode durability, changes ...change) error {
+	for _, c := range changes {
+		if n := frameSize(c.key, c.value) - frameHeader; n > maxFrameBody {
+			return fmt.Errorf("%w: %s record %s takes %d bytes, at most %d fit", ErrRecordTooLarge, c.key.table, c.key.id, n, maxFrameBody)
+		}
+	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if l.err != nil {
-		return l.err
+	if l.closed {
+		return errClosed
 	}
-	l.pending = append(l.pending, changes...)
-	l.pendingMode = max(l.pendingMode, mode)
-	batch := l.started + 1
-	for l.done < batch {
-		if l.err != nil && batch >= l.failedFrom {
-			return l.err
-		}
+	if l.next == nil {
+		l.next = &batch{}
+	}
+	b := l.next
+	b.changes = append(b.changes, changes...)
+	b.mode = max(b.mode, mode)
+	for !b.done {
 		if l.flushing {
 			l.cond.Wait()
 			continue
 		}
 		l.lead()
 	}
-	if l.err != nil && batch >= l.failedFrom {
-		return l.err
-	}
-	return nil
+	return b.err
 }
 
-// lead writes and flushes the pending changes as the next batch, then
-// compacts the log if it has grown enough. It is called with mu held and
-// returns with mu held; the I/O happens without it. While flushing is set,
-// only the leader touches f and size.
+// lead writes and flushes the next batch, after rewriting the log if an
+// earlier failure broke it, then compacts the log if it has grown enough.
+// It is called with mu held and returns with mu held; the I/O happens
+// without it. While flushing is set, only the leader touches f, size,
+// alloc and live.
 func (l *Log) lead() {
-	changes, mode := l.pending, l.pendingMode
-	l.pending, l.pendingMode = nil, written
+	b := l.next
+	l.next = nil
 	l.started++
-	batch := l.started
 	l.flushing = true
-	var buf []byte
-	for _, c := range changes {
+	defer func() {
+		b.done = true
+		l.done++
+		l.flushing = false
+		l.cond.Broadcast()
+	}()
+	if l.closed {
+		b.err = errClosed
+		return
+	}
+	var buf, heal []byte
+	var healEnd int64
+	for _, c := range b.changes {
 		buf = appendFrame(buf, c)
 	}
+	if l.broken != nil {
+		heal, healEnd = l.image()
+	}
 	l.mu.Unlock()
-	err := l.append(buf, mode)
+	healed, unknown, err := l.write(heal, healEnd, buf, b.mode)
 	l.mu.Lock()
-	if err == nil {
-		for _, c := range changes {
-			l.apply(c)
-		}
-		if l.size > compactMinBytes && l.size > compactRatio*(l.liveBytes+int64(len(logMagic))) {
-			// A compaction that fails before the rename leaves the log
-			// as it was; it is tried again after the next batch.
-			image, end := l.image()
-			l.mu.Unlock()
-			if installed, ierr := l.install(image, end); installed {
-				err = ierr
-			}
-			l.mu.Lock()
-		}
+	if healed {
+		l.broken = nil
 	}
+	if unknown {
+		l.broken = err
+	}
+	b.err = err
 	if err != nil {
-		l.err, l.failedFrom = err, batch
+		return
 	}
-	l.done = batch
-	l.flushing = false
-	l.cond.Broadcast()
+	for _, c := range b.changes {
+		l.apply(c)
+	}
+	l.compactIfGrown()
 }
 
-// append writes buf at the end of the log, as durably as mode asks. A
-// failed write is zeroed again so that a later Open does not mistake it
-// for frames.
-func (l *Log) append(buf []byte, mode durability) error {
+// write rewrites the log from heal, when given (after an earlier failure),
+// and appends buf. healed says the rewrite succeeded; unknown that the
+// append failed after part of buf may have reached the file.
+func (l *Log) write(heal []byte, healEnd int64, buf []byte, mode durability) (healed, unknown bool, err error) {
+	if heal != nil {
+		installed, err := l.install(heal, healEnd)
+		if err != nil {
+			return false, false, fmt.Errorf("rewrite record log after an earlier failure: %w", err)
+		}
+		if !installed {
+			return false, false, errors.New("rewrite record log after an earlier failure: not installed")
+		}
+		healed = true
+	}
+	unknown, err = l.append(buf, mode)
+	return healed, unknown, err
+}
+
+// compactIfGrown writes the live records afresh when the log has grown to
+// several times their size. It is called by the leader with mu held. A
+// compaction that fails before the rename leaves the log as it was and is
+// tried again after the next batch; one that fails after it breaks the log
+// until the next batch rewrites it. The batch just written is durable
+// either way.
+func (l *Log) compactIfGrown() {
+	if l.size <= compactMinBytes || l.size <= compactRatio*(l.liveBytes+int64(len(logMagic))) {
+		return
+	}
+	image, end := l.image()
+	l.mu.Unlock()
+	installed, err := l.install(image, end)
+	l.mu.Lock()
+	if installed && err != nil {
+		l.broken = err
+	}
+}
+
+// append writes buf at the end of the log, as durably as mode asks. When
+// the write or flush fails, unknown is true: part of buf may be in the
+// file. A failed write is zeroed again, best effort, so that a later Open
+// does not take it for frames. When only preallocating space fails, as on
+// a full disk, nothing was written and the log stays usable.
+func (l *Log) append(buf []byte, mode durability) (unknown bool, err error) {
 	if err := l.reserve(int64(len(buf))); err != nil {
-		return err
+		return false, err
 	}
 	if _, err := l.f.WriteAt(buf, l.size); err != nil {
 		_, _ = l.f.WriteAt(make([]byte, len(buf)), l.size)
-		return fmt.Errorf("append to record log: %w", err)
+		return true, fmt.Errorf("append to record log: %w", err)
 	}
 	if l.sync {
 		fd := int(l.f.Fd())
 		switch mode {
 		case flushed:
 			if err := unix.Fdatasync(fd); err != nil {
-				return fmt.Errorf("flush record log: %w", err)
+				return true, fmt.Errorf("flush record log: %w", err)
 			}
 		case writtenThrough:
 			const flags = unix.SYNC_FILE_RANGE_WAIT_BEFORE | unix.SYNC_FILE_RANGE_WRITE | unix.SYNC_FILE_RANGE_WAIT_AFTER
 			if err := unix.SyncFileRange(fd, l.size, int64(len(buf)), flags); err != nil {
-				return fmt.Errorf("write record log through: %w", err)
+				return true, fmt.Errorf("write record log through: %w", err)
 			}
 		}
 	}
 	l.size += int64(len(buf))
-	return nil
+	return false, nil
 }
 
-// reserve makes sure n bytes after the last frame are preallocated: it
-// extends the file with zeros and flushes them, size and all, before a frame
-// may be written there.
+// reserve makes sure n bytes after the last frame are preallocated: when
+// less than logLowWater would be left, it extends the file with zeros and
+// flushes them, size and all, before a frame may be written there. When
+// the extension fails but n bytes are still preallocated, it succeeds.
 func (l *Log) reserve(n int64) error {
-	if l.size+n <= l.alloc {
+	if l.size+n+logLowWater <= l.alloc {
 		return nil
 	}
-	alloc := (l.size + n + logPrealloc) / logPrealloc * logPrealloc
+	alloc := (l.size + n + logLowWater + logPrealloc) / logPrealloc * logPrealloc
+	err := l.extend(alloc)
+	if err != nil && l.size+n <= l.alloc {
+		return nil
+	}
+	return err
+}
+
+// extend grows the file with flushed zeros up to alloc. On failure the
+// file is cut back to its former end, which frees what the partial
+// extension took and needs no space; zeros that stay behind if that fails
+// too are never taken for frames.
+func (l *Log) extend(alloc int64) error {
 	if _, err := l.f.WriteAt(make([]byte, alloc-l.alloc), l.alloc); err != nil {
+		_ = l.f.Truncate(l.alloc)
 		return fmt.Errorf("extend record log: %w", err)
 	}
 	if l.sync {
 		if err := unix.Fdatasync(int(l.f.Fd())); err != nil {
+			_ = l.f.Truncate(l.alloc)
 			return fmt.Errorf("flush record log extension: %w", err)
 		}
 	}
@@ -377,144 +399,4 @@ func (l *Log) install(image []byte, end int64) (installed bool, err error) {
 		return true, SyncDir(l.dir)
 	}
 	return true, nil
-}
-
-// frameSize is the size of the frame that puts value under k.
-func frameSize(k recordKey, value []byte) int64 {
-	return int64(frameHeader + 1 + uvarintLen(len(k.table)) + len(k.table) + uvarintLen(len(k.id)) + len(k.id) + len(value))
-}
-
-func uvarintLen(n int) int {
-	var b [binary.MaxVarintLen64]byte
-	return binary.PutUvarint(b[:], uint64(n))
-}
-
-// appendFrame appends the frame of c to buf; see appendFramed and
-// encodeBody.
-func appendFrame(buf []byte, c change) []byte { return appendFramed(buf, encodeBody(c)) }
-
-// appendFramed appends body as a frame: its length and CRC-32C (little
-// endian), then the body.
-func appendFramed(buf, body []byte) []byte {
-	buf = binary.LittleEndian.AppendUint32(buf, uint32(len(body)))
-	buf = binary.LittleEndian.AppendUint32(buf, crc32.Checksum(body, castagnoli))
-	return append(buf, body...)
-}
-
-// encodeBody encodes c: operation, table and ID (each preceded by its
-// length as uvarint) and, for a put, the value.
-func encodeBody(c change) []byte {
-	op := opPut
-	if c.value == nil {
-		op = opDelete
-	}
-	body := make([]byte, 0, frameSize(c.key, c.value)-frameHeader)
-	body = append(body, op)
-	body = binary.AppendUvarint(body, uint64(len(c.key.table)))
-	body = append(body, c.key.table...)
-	body = binary.AppendUvarint(body, uint64(len(c.key.id)))
-	body = append(body, c.key.id...)
-	return append(body, c.value...)
-}
-
-// errMalformed marks a frame whose checksum holds but whose body does not
-// decode: not a torn write but a foreign or newer format.
-var errMalformed = errors.New("malformed record")
-
-// replay calls apply for every frame in data up to the first incomplete
-// or corrupt one and returns the end of the last good frame.
-func replay(data []byte, apply func(change)) (int64, error) {
-	off := 0
-	for len(data)-off >= frameHeader {
-		n := int(binary.LittleEndian.Uint32(data[off:]))
-		sum := binary.LittleEndian.Uint32(data[off+4:])
-		if n == 0 || n > maxFrameBody || len(data)-off-frameHeader < n {
-			break
-		}
-		body := data[off+frameHeader : off+frameHeader+n]
-		if crc32.Checksum(body, castagnoli) != sum {
-			break
-		}
-		c, err := decodeBody(body)
-		if err != nil {
-			return 0, fmt.Errorf("frame at offset %d: %w", off+len(logMagic), err)
-		}
-		apply(c)
-		off += frameHeader + n
-	}
-	return int64(off), nil
-}
-
-// decodeBody decodes a frame body written by appendFrame.
-func decodeBody(body []byte) (change, error) {
-	op, rest := body[0], body[1:]
-	table, rest, ok := cutString(rest)
-	if !ok {
-		return change{}, errMalformed
-	}
-	id, rest, ok := cutString(rest)
-	if !ok {
-		return change{}, errMalformed
-	}
-	c := change{key: recordKey{table: table, id: id}}
-	switch {
-	case op == opPut && len(rest) > 0:
-		c.value = bytes.Clone(rest)
-	case op == opDelete && len(rest) == 0:
-	default:
-		return change{}, errMalformed
-	}
-	return c, nil
-}
-
-// cutString splits a uvarint-prefixed string off b.
-func cutString(b []byte) (string, []byte, bool) {
-	n, k := binary.Uvarint(b)
-	if k <= 0 || n > uint64(len(b)-k) {
-		return "", nil, false
-	}
-	return string(b[k : k+int(n)]), b[k+int(n):], true
-}
-
-// LiveIDs reads the record log in dir without changing it and returns the
-// IDs of table's live records in ascending order. It is for tools and for
-// tests that watch a running driver from outside.
-func LiveIDs(dir, table string) ([]string, error) {
-	data, err := os.ReadFile(filepath.Join(dir, logName))
-	if err != nil {
-		return nil, fmt.Errorf("read record log: %w", err)
-	}
-	if !bytes.HasPrefix(data, []byte(logMagic)) {
-		return nil, fmt.Errorf("%s is not a record log", dir)
-	}
-	ids := map[string]bool{}
-	_, err = replay(data[len(logMagic):], func(c change) {
-		if c.key.table == table {
-			ids[c.key.id] = c.value != nil
-		}
-	})
-	var out []string
-	for id, live := range ids {
-		if live {
-			out = append(out, id)
-		}
-	}
-	slices.Sort(out)
-	return out, err
-}
-
-// removeTemps removes temporary files for base left in dir by a crash.
-func removeTemps(dir, base string) error {
-	entries, err := os.ReadDir(dir)
-	if err != nil {
-		return fmt.Errorf("read state dir: %w", err)
-	}
-	for _, e := range entries {
-		if strings.HasPrefix(e.Name(), tempPrefix+base) {
-			if err := os.Remove(filepath.Join(dir, e.Name())); err != nil {
-				return fmt.Errorf("remove stale temp file: %w", err)
-			}
-		}
-	}
-	return nil
 }

@@ -17,9 +17,21 @@
 //     frames after the first missing or damaged one were never
 //     acknowledged: Open keeps the frames up to the first one that is
 //     incomplete or fails its checksum and drops the rest.
-//   - After a failed write or flush the log refuses every later change
-//     until it is opened again: the file's state is then unknown, and a
-//     flush that is retried may report success for data it lost.
+//   - A change whose frame would exceed the frame size limit is refused
+//     (ErrRecordTooLarge) before anything is written: Open would take such
+//     a frame for a torn one and drop every frame after it.
+//   - After a failed write or flush the log file's state is unknown, and a
+//     flush that is retried may report success for data it lost: the next
+//     change first writes the log afresh from the live records (as
+//     compaction does) and fails while that fails. Failing to extend the
+//     log (a full disk) writes nothing, so it fails only the one change;
+//     changes that fit in the space already preallocated still succeed.
+//   - A log that ends in a damaged frame followed by valid ones was damaged
+//     in its middle, not torn by a crash: Open keeps the frames before the
+//     damage, as always, and a hard link to the log as it found it
+//     (Recovery), so no byte of it is lost.
+//   - Open needs no free space when the log exists: a compaction it cannot
+//     write is skipped, a torn end is cut off in place.
 //   - The log is compacted, at Open and whenever it has grown to several
 //     times the size of its live records, by writing the live records to a
 //     temporary file, flushing it, renaming it over the log and flushing the
