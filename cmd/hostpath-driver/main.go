@@ -74,6 +74,7 @@ func parseFlags(args []string) (hostpath.Options, error) {
 	fs.DurationVar(&opts.GroupSnapshotQuiesceTimeout, "group-snapshot-quiesce-timeout", opts.GroupSnapshotQuiesceTimeout,
 		"longest time processes stay stopped for one group snapshot; a copy that takes longer resumes them and fails with Unavailable")
 	fs.StringVar(&opts.Version, "version-string", opts.Version, "vendor version reported by GetPluginInfo")
+	fs.StringVar(&opts.HTTPEndpoint, "http-endpoint", opts.HTTPEndpoint, "TCP address to serve /metrics on, e.g. :8080; empty serves nothing")
 	klogFlags := flag.NewFlagSet("klog", flag.ContinueOnError)
 	klog.InitFlags(klogFlags)
 	klogFlags.VisitAll(func(f *flag.Flag) { fs.Var(f.Value, f.Name, "klog: "+f.Usage) })

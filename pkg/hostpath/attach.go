@@ -52,7 +52,7 @@ func (s *controllerServer) ControllerPublishVolume(ctx context.Context, req *csi
 	}
 	v.Attachments[node] = req.GetReadonly()
 	if err := s.d.volumes.Put(id, v); err != nil {
-		return nil, status.Errorf(codes.Internal, "record attachment: %v", err)
+		return nil, storeErr("record attachment", err)
 	}
 	klog.FromContext(ctx).V(2).Info("Attached volume", "volumeID", id, "node", node)
 	return &csi.ControllerPublishVolumeResponse{}, nil
@@ -107,7 +107,7 @@ func (s *controllerServer) ControllerUnpublishVolume(ctx context.Context, req *c
 		delete(v.Attachments, node)
 	}
 	if err := s.d.volumes.Put(id, v); err != nil {
-		return nil, status.Errorf(codes.Internal, "record detachment: %v", err)
+		return nil, storeErr("record detachment", err)
 	}
 	klog.FromContext(ctx).V(2).Info("Detached volume", "volumeID", id, "node", node)
 	return &csi.ControllerUnpublishVolumeResponse{}, nil
@@ -124,6 +124,9 @@ func (s *controllerServer) ControllerModifyVolume(ctx context.Context, req *csi.
 	if err := s.d.checkMutableParameters(req.GetMutableParameters()); err != nil {
 		return nil, err
 	}
+	if err := checkParameters("mutable_parameters", req.GetMutableParameters()); err != nil {
+		return nil, err
+	}
 	v, release, err := s.d.lockVolume(id)
 	if err != nil {
 		return nil, err
@@ -134,8 +137,11 @@ func (s *controllerServer) ControllerModifyVolume(ctx context.Context, req *csi.
 		v.MutableParameters = map[string]string{}
 	}
 	maps.Copy(v.MutableParameters, req.GetMutableParameters())
+	if err := checkParameters("mutable_parameters (with those recorded)", v.MutableParameters); err != nil {
+		return nil, err
+	}
 	if err := s.d.volumes.Put(id, v); err != nil {
-		return nil, status.Errorf(codes.Internal, "record parameters: %v", err)
+		return nil, storeErr("record parameters", err)
 	}
 	klog.FromContext(ctx).V(2).Info("Modified volume", "volumeID", id, "parameters", req.GetMutableParameters())
 	return &csi.ControllerModifyVolumeResponse{}, nil

@@ -137,7 +137,7 @@ func (d *Driver) createVolumeData(v state.Volume, source volumeData) error {
 	}
 	if err := d.volumes.Put(v.ID, v); err != nil {
 		_ = removeData(d.volumePath(v.ID))
-		return status.Errorf(codes.Internal, "record volume: %v", err)
+		return storeErr("record volume", err)
 	}
 	return nil
 }
@@ -152,6 +152,12 @@ func (s *controllerServer) parseCreateVolume(req *csi.CreateVolumeRequest) (volu
 		return volumeSpec{}, err
 	}
 	if err := s.d.checkMutableParameters(req.GetMutableParameters()); err != nil {
+		return volumeSpec{}, err
+	}
+	if err := checkParameters("parameters", req.GetParameters()); err != nil {
+		return volumeSpec{}, err
+	}
+	if err := checkParameters("mutable_parameters", req.GetMutableParameters()); err != nil {
 		return volumeSpec{}, err
 	}
 	if err := s.d.checkAccessibility(req.GetAccessibilityRequirements()); err != nil {
@@ -306,10 +312,10 @@ func (s *controllerServer) DeleteVolume(ctx context.Context, req *csi.DeleteVolu
 		return nil, status.Errorf(codes.FailedPrecondition, "volume %s is still attached, staged or published", id)
 	}
 	if err := s.d.volumes.Delete(id); err != nil {
-		return nil, status.Errorf(codes.Internal, "delete volume record: %v", err)
+		return nil, storeErr("delete volume record", err)
 	}
 	if err := s.d.restores.forget(id); err != nil {
-		return nil, status.Errorf(codes.Internal, "delete restore marker: %v", err)
+		return nil, storeErr("delete restore marker", err)
 	}
 	if err := removeData(s.d.volumePath(id)); err != nil {
 		return nil, err
@@ -466,7 +472,7 @@ func (s *controllerServer) ControllerExpandVolume(ctx context.Context, req *csi.
 	}
 	v.CapacityBytes = size
 	if err := s.d.volumes.Put(id, v); err != nil {
-		return nil, status.Errorf(codes.Internal, "record volume: %v", err)
+		return nil, storeErr("record volume", err)
 	}
 	klog.FromContext(ctx).V(2).Info("Expanded volume", "volumeID", id, "bytes", size)
 	return &csi.ControllerExpandVolumeResponse{CapacityBytes: size}, nil

@@ -45,7 +45,6 @@ import (
 	"net"
 	"os"
 	"path/filepath"
-	"strings"
 	"sync"
 	"time"
 
@@ -80,6 +79,8 @@ type Driver struct {
 	copier          copier
 	restores        *restoreSyncer
 	quiesce         *quiescer
+	// quarantine takes data no record accounts for.
+	quarantine *quarantine
 	// calls counts CSI calls whose handlers still run; Close waits for them
 	// (after a forced stop, gRPC no longer does).
 	calls sync.WaitGroup
@@ -115,6 +116,17 @@ func Run(ctx context.Context, opts Options) (err error) {
 		return fmt.Errorf("listen on %s: %w", path, err)
 	}
 	defer os.Remove(path)
+	if opts.HTTPEndpoint != "" {
+		mlis, err := net.Listen("tcp", opts.HTTPEndpoint)
+		if err != nil {
+			return fmt.Errorf("listen on %s: %w", opts.HTTPEndpoint, err)
+		}
+		go func() {
+			if err := serveMetrics(ctx, mlis); err != nil {
+				klog.FromContext(ctx).Error(err, "Serving metrics failed")
+			}
+		}()
+	}
 	return d.Serve(ctx, lis)
 }
 
@@ -138,6 +150,10 @@ func New(ctx context.Context, opts Options) (*Driver, error) {
 		copier:   copier{sync: opts.Sync},
 		now:      time.Now,
 		reserved: map[string]int64{},
+	}
+	d.quarantine = &quarantine{
+		root: filepath.Join(opts.DataDir, quarantineDirName), sync: opts.Sync,
+		now: func() time.Time { return d.now() }, logger: klog.FromContext(ctx),
 	}
 	var err error
 	// Lock before reading anything: recovery removes data it finds no
@@ -282,6 +298,10 @@ func (d *Driver) recover(ctx context.Context) error {
 			return err
 		}
 	}
+	halt, err := d.cleanupHalt(ctx)
+	if err != nil {
+		return err
+	}
 	if err := d.recoverRestores(ctx); err != nil {
 		return err
 	}
@@ -302,15 +322,21 @@ func (d *Driver) recover(ctx context.Context) error {
 			}
 		}
 	}
-	if err := removeOrphans(logger, snapshotsDir(d.opts.DataDir), d.hasSnapshotData); err != nil {
-		return err
-	}
 	for _, v := range d.volumes.List() {
 		if _, err := os.Lstat(d.volumePath(v.ID)); err != nil {
 			logger.Error(err, "Volume data is missing", "volumeID", v.ID)
 		}
 	}
-	return removeOrphans(logger, volumesDir(d.opts.DataDir), func(id string) bool {
+	if halt != "" {
+		logger.Info("Start-up cleanup halted: the data folders are left as they are; data without a record stays in place", "reason", halt)
+		cleanupHalted.Set(1)
+		return nil
+	}
+	cleanupHalted.Set(0)
+	if err := d.quarantineOrphans(logger, snapshotsDir(d.opts.DataDir), kindSnapshot, d.hasSnapshotData); err != nil {
+		return err
+	}
+	return d.quarantineOrphans(logger, volumesDir(d.opts.DataDir), kindVolume, func(id string) bool {
 		_, ok := d.volumes.Get(id)
 		return ok
 	})
@@ -368,27 +394,6 @@ func syncFS(dir string) error {
 	defer f.Close()
 	if err := unix.Syncfs(int(f.Fd())); err != nil {
 		return fmt.Errorf("flush data filesystem: %w", err)
-	}
-	return nil
-}
-
-// removeOrphans deletes entries of dir that are temporary or that keep
-// does not claim: data without a record, or without a record that names
-// data.
-func removeOrphans(logger klog.Logger, dir string, keep func(name string) bool) error {
-	entries, err := os.ReadDir(dir)
-	if err != nil {
-		return fmt.Errorf("read data dir: %w", err)
-	}
-	for _, e := range entries {
-		name := e.Name()
-		if !strings.HasPrefix(name, tempPrefix) && keep(name) {
-			continue
-		}
-		logger.Info("Removing data left by an interrupted operation", "path", filepath.Join(dir, name))
-		if err := removeData(filepath.Join(dir, name)); err != nil {
-			return err
-		}
 	}
 	return nil
 }
@@ -456,7 +461,7 @@ func (d *Driver) topology() map[string]string {
 // flushes it: the new directories when c.sync (a background restore flushes
 // them later) and always the entry in the parent directory.
 func (d *Driver) installData(c copier, tmp, final string, made copied) error {
-	if err := rename(tmp, final); err != nil {
+	if err := d.moveIntoPlace(tmp, final); err != nil {
 		return status.Errorf(codes.Internal, "install data: %v", err)
 	}
 	if !d.opts.Sync {
@@ -469,20 +474,6 @@ func (d *Driver) installData(c copier, tmp, final string, made copied) error {
 		return status.Errorf(codes.Internal, "flush data: %v", err)
 	}
 	return nil
-}
-
-// rename moves data built at tmp to final, replacing whatever an earlier,
-// failed attempt left at final. It calls rename(2) directly: os.Rename
-// first looks at final, which costs a system call on every create.
-func rename(tmp, final string) error {
-	err := renameat(tmp, final)
-	if errors.Is(err, unix.EEXIST) || errors.Is(err, unix.ENOTEMPTY) || errors.Is(err, unix.EISDIR) || errors.Is(err, unix.ENOTDIR) {
-		if err := os.RemoveAll(final); err != nil {
-			return err
-		}
-		err = renameat(tmp, final)
-	}
-	return err
 }
 
 func renameat(from, to string) error {

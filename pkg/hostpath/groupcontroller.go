@@ -78,6 +78,9 @@ func checkGroupSources(ids []string) ([]string, error) {
 	if len(ids) == 0 {
 		return nil, status.Error(codes.InvalidArgument, "source_volume_ids are required")
 	}
+	if len(ids) > maxGroupMembers {
+		return nil, status.Errorf(codes.InvalidArgument, "source_volume_ids name %d volumes, at most %d are accepted", len(ids), maxGroupMembers)
+	}
 	for _, id := range ids {
 		if err := checkID("source_volume_ids", id); err != nil {
 			return nil, err
@@ -124,7 +127,9 @@ func (d *Driver) cutGroup(ctx context.Context, gid, name string, sources []strin
 		err = firstError(errs)
 	}
 	if err == nil {
-		err = d.groups.Put(gid, g)
+		if perr := d.groups.Put(gid, g); perr != nil {
+			err = storeErr("record group snapshot", perr)
+		}
 	}
 	if err != nil {
 		for _, m := range members {
@@ -179,7 +184,7 @@ func (s *groupControllerServer) DeleteVolumeGroupSnapshot(ctx context.Context, r
 	// The group record goes first: should the driver die now, Recover
 	// removes the members it left.
 	if err := s.d.groups.Delete(gid); err != nil {
-		return nil, status.Errorf(codes.Internal, "delete group record: %v", err)
+		return nil, storeErr("delete group record", err)
 	}
 	for _, id := range g.SnapshotIDs {
 		if err := s.d.deleteSnapshot(id); err != nil {

@@ -86,8 +86,15 @@ func checkTargetPath(field, path, dataDir string) error {
 	if path == "" {
 		return status.Errorf(codes.InvalidArgument, "%s is required", field)
 	}
+	if len(path) > maxPathLength {
+		return status.Errorf(codes.InvalidArgument, "%s is longer than %d bytes", field, maxPathLength)
+	}
 	if strings.IndexByte(path, 0) >= 0 {
 		return status.Errorf(codes.InvalidArgument, "%s contains NUL", field)
+	}
+	if !utf8.ValidString(path) {
+		// Records hold paths as JSON strings, which cannot hold it.
+		return status.Errorf(codes.InvalidArgument, "%s is not valid UTF-8", field)
 	}
 	if !filepath.IsAbs(path) {
 		return status.Errorf(codes.InvalidArgument, "%s must be absolute", field)

@@ -86,6 +86,10 @@ func (s *nodeServer) NodeStageVolume(ctx context.Context, req *csi.NodeStageVolu
 		}
 		return &csi.NodeStageVolumeResponse{}, nil
 	}
+	v.Staged = path
+	if err := checkVolumeRecord(v); err != nil {
+		return nil, err
+	}
 	if v.AccessType == state.AccessMount {
 		if err := os.MkdirAll(path, 0o750); err != nil {
 			return nil, status.Errorf(codes.Internal, "create staging path: %v", err)
@@ -94,10 +98,9 @@ func (s *nodeServer) NodeStageVolume(ctx context.Context, req *csi.NodeStageVolu
 			return nil, status.Errorf(codes.Internal, "stage volume: %v", err)
 		}
 	}
-	v.Staged = path
 	if err := s.d.volumes.Put(id, v); err != nil {
 		_ = unmountAll(path)
-		return nil, status.Errorf(codes.Internal, "record staging: %v", err)
+		return nil, storeErr("record staging", err)
 	}
 	klog.FromContext(ctx).V(2).Info("Staged volume", "volumeID", id, "path", path)
 	return &csi.NodeStageVolumeResponse{}, nil
@@ -129,7 +132,7 @@ func (s *nodeServer) NodeUnstageVolume(ctx context.Context, req *csi.NodeUnstage
 	}
 	v.Staged = ""
 	if err := s.d.volumes.Put(id, v); err != nil {
-		return nil, status.Errorf(codes.Internal, "record unstaging: %v", err)
+		return nil, storeErr("record unstaging", err)
 	}
 	klog.FromContext(ctx).V(2).Info("Unstaged volume", "volumeID", id, "path", path)
 	return &csi.NodeUnstageVolumeResponse{}, nil
@@ -166,17 +169,20 @@ func (s *nodeServer) NodePublishVolume(ctx context.Context, req *csi.NodePublish
 	if hasKey(v.Published, target) {
 		return &csi.NodePublishVolumeResponse{}, nil
 	}
-	if err := s.d.mountTarget(v, target, readOnly); err != nil {
-		return nil, err
-	}
 	v.Published = maps.Clone(v.Published)
 	if v.Published == nil {
 		v.Published = map[string]bool{}
 	}
 	v.Published[target] = readOnly
+	if err := checkVolumeRecord(v); err != nil {
+		return nil, err
+	}
+	if err := s.d.mountTarget(v, target, readOnly); err != nil {
+		return nil, err
+	}
 	if err := s.d.volumes.Put(id, v); err != nil {
 		_ = unmountAll(target)
-		return nil, status.Errorf(codes.Internal, "record publication: %v", err)
+		return nil, storeErr("record publication", err)
 	}
 	klog.FromContext(ctx).V(2).Info("Published volume", "volumeID", id, "target", target, "readOnly", readOnly)
 	return &csi.NodePublishVolumeResponse{}, nil
@@ -250,7 +256,7 @@ func (s *nodeServer) NodeUnpublishVolume(ctx context.Context, req *csi.NodeUnpub
 		v.Published = maps.Clone(v.Published)
 		delete(v.Published, target)
 		if err := s.d.volumes.Put(id, v); err != nil {
-			return nil, status.Errorf(codes.Internal, "record unpublication: %v", err)
+			return nil, storeErr("record unpublication", err)
 		}
 	}
 	if err := os.Remove(target); err != nil && !errors.Is(err, fs.ErrNotExist) {

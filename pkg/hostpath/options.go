@@ -59,6 +59,9 @@ type Options struct {
 	// GroupSnapshotQuiesceTimeout bounds how long those processes stay
 	// stopped; a copy that takes longer fails and is retried.
 	GroupSnapshotQuiesceTimeout time.Duration
+	// HTTPEndpoint is the TCP address /metrics is served on; empty serves
+	// nothing.
+	HTTPEndpoint string
 }
 
 // DefaultOptions returns the defaults the command line starts from.

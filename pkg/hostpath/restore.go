@@ -96,21 +96,22 @@ func (d *Driver) restoreInBackground(v state.Volume, source volumeData) error {
 	m := state.PendingRestore{VolumeID: v.ID, SnapshotID: v.SourceSnapshotID, BootID: r.bootID}
 	marker, err := r.markers.PutChange(v.ID, m)
 	if err != nil {
-		return status.Errorf(codes.Internal, "mark restore pending: %v", err)
+		return storeErr("mark restore pending", err)
 	}
 	record, err := d.volumes.PutChange(v.ID, v)
 	if err != nil {
-		return status.Errorf(codes.Internal, "record volume: %v", err)
+		return storeErr("record volume", err)
 	}
 	if err := d.log.Commit(marker, record); err != nil {
-		return status.Errorf(codes.Internal, "record volume: %v", err)
+		return storeErr("record volume", err)
 	}
 	path := d.volumePath(v.ID)
 	c := copier{holesKnown: true, direct: true}
 	_, err = d.writeVolumeData(c, path, v.AccessType, v.CapacityBytes, source)
 	if errors.Is(err, fs.ErrExist) {
-		// Data without a record, left by a crash; Recover removes it too.
-		if err = os.RemoveAll(path); err == nil {
+		// Data without a record, left by a crash or whose record was
+		// lost: Recover would quarantine it too.
+		if err = d.quarantineInTheWay(path); err == nil {
 			_, err = d.writeVolumeData(c, path, v.AccessType, v.CapacityBytes, source)
 		}
 	}
@@ -125,7 +126,7 @@ func (d *Driver) restoreInBackground(v state.Volume, source volumeData) error {
 		// without a volume, which Recover drops.
 		_ = d.log.Commit(d.volumes.DeleteChange(v.ID), r.markers.DeleteChange(v.ID))
 		_ = removeData(path)
-		return status.Errorf(codes.Internal, "restore volume data: %v", err)
+		return storeErr("restore volume data", err)
 	}
 	r.start(v.ID, v.SourceSnapshotID, path)
 	return nil

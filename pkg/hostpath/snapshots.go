@@ -113,7 +113,7 @@ func holdsNoData(path string, size int64) (bool, fs.FileInfo, error) {
 // snapshot removes it, and so does Recover.
 func (d *Driver) recordEmptySnapshot(snap state.Snapshot) error {
 	if err := d.snapshots.Put(snap.ID, snap); err != nil {
-		return status.Errorf(codes.Internal, "record snapshot: %v", err)
+		return storeErr("record snapshot", err)
 	}
 	return nil
 }
@@ -143,7 +143,7 @@ func (d *Driver) copySnapshot(snap state.Snapshot) error {
 		made, err = d.copier.copyPath(tmp, src)
 	}
 	if err == nil {
-		err = rename(tmp, final)
+		err = d.moveIntoPlace(tmp, final)
 	}
 	if err != nil {
 		_ = os.RemoveAll(tmp)
@@ -162,7 +162,7 @@ func (d *Driver) copySnapshot(snap state.Snapshot) error {
 	if err != nil {
 		wg.Wait()
 		_ = removeData(final)
-		return status.Errorf(codes.Internal, "record snapshot: %v", err)
+		return storeErr("record snapshot", err)
 	}
 	if d.opts.Sync {
 		err = state.SyncDir(snapshotsDir(d.opts.DataDir))
@@ -218,7 +218,7 @@ func (s *controllerServer) DeleteSnapshot(ctx context.Context, req *csi.DeleteSn
 // deleteSnapshot removes a snapshot's record, then its data.
 func (d *Driver) deleteSnapshot(id string) error {
 	if err := d.snapshots.Delete(id); err != nil {
-		return status.Errorf(codes.Internal, "delete snapshot record: %v", err)
+		return storeErr("delete snapshot record", err)
 	}
 	return removeData(d.snapshotPath(id))
 }

@@ -18,8 +18,15 @@ const (
 	SnapshotsFailed   = "snapshots_failed"
 	SnapshotsDeleting = "snapshots_being_deleted"
 
+	// The hostpath driver's: data it moved to quarantine, by kind (volume,
+	// snapshot, record-log), and whether its last start left the data
+	// folders alone.
+	HostpathQuarantined   = "hostpath_quarantined_total"
+	HostpathCleanupHalted = "hostpath_cleanup_halted"
+
 	LabelOperation = "operation"
 	LabelStatus    = "status"
+	LabelKind      = "kind"
 
 	OperationCreate      = "CreateSnapshot"
 	OperationDelete      = "DeleteSnapshot"
