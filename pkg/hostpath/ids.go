@@ -92,10 +92,6 @@ func checkTargetPath(field, path, dataDir string) error {
 	if strings.IndexByte(path, 0) >= 0 {
 		return status.Errorf(codes.InvalidArgument, "%s contains NUL", field)
 	}
-	if !utf8.ValidString(path) {
-		// Records hold paths as JSON strings, which cannot hold it.
-		return status.Errorf(codes.InvalidArgument, "%s is not valid UTF-8", field)
-	}
 	if !filepath.IsAbs(path) {
 		return status.Errorf(codes.InvalidArgument, "%s must be absolute", field)
 	}

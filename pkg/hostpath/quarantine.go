@@ -146,7 +146,7 @@ func (d *Driver) cleanupHalt(ctx context.Context) (string, error) {
 		if err != nil {
 			return "", err
 		}
-		return fmt.Sprintf("the record log is damaged in its middle: %d records after the damage are lost; the log as found is kept at %s", r.FramesAfterDamage, kept), nil
+		return fmt.Sprintf("the record log is damaged in its middle: %d changes recorded after the damage are lost; the log as found is kept at %s", r.FramesAfterDamage, kept), nil
 	}
 	if !r.Created {
 		return "", nil
