@@ -5,7 +5,7 @@ GO ?= go
 BIN := bin
 CMDS := $(notdir $(wildcard cmd/*))
 
-.PHONY: all build generate verify test test-unit bench bench-e2e cluster-up cluster-down tools clean manifests demo
+.PHONY: all build generate verify test test-unit fuzz crash bench bench-e2e cluster-up cluster-down tools clean manifests demo
 
 all: build
 
@@ -29,6 +29,16 @@ verify:
 ## test: every test, against a local control plane started and stopped by the script
 test:
 	hack/test.sh
+
+## fuzz: the hostpath driver's record-log fuzz tests for FUZZTIME each (default 10m; `make test`
+## runs them for 20s each)
+fuzz:
+	hack/fuzz.sh $(FUZZTIME)
+
+## crash: SIGKILL the hostpath driver KILLS times (default 200; `make test` does 30) at random
+## points of create, delete and restore; SEED=n repeats a run's choices
+crash:
+	$(GO) test -count=1 -run '^TestCrashLoop$$' -v -timeout 60m ./pkg/hostpath/ -args -crash-kills=$(or $(KILLS),200) $(if $(SEED),-crash-seed=$(SEED))
 
 ## test-unit: the tests that need no control plane
 test-unit:

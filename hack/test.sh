@@ -19,3 +19,6 @@ bin/cluster up -dir "$state/cluster" >/dev/null
 export SHUTTER_KUBECONFIG="$state/cluster/admin.kubeconfig"
 
 go test -count=1 -timeout "${TEST_TIMEOUT:-40m}" ${TEST_FLAGS:-} ./... ./client/...
+
+# The record-log fuzz tests: `go test` above ran their seeds only.
+hack/fuzz.sh "${FUZZTIME:-20s}"
