@@ -3,8 +3,9 @@
 //
 // Invariants:
 //   - Data for an object is built under a ".tmp-" name and renamed into
-//     place when complete. Recover removes whatever a crash left without a
-//     record, and data under temporary names.
+//     place when complete. Recover removes data under temporary names and
+//     moves data without a record to quarantine (quarantine.go): start-up
+//     never deletes data it cannot account for.
 //   - A volume's record is written only after its data is in place and, with
 //     fsync on, flushed (files, new directories and the entry in volumes/):
 //     a volume record always names complete data. The exception is a volume
@@ -25,8 +26,8 @@
 //     a file without data extents) is a record only, marked empty and made
 //     durable by the log's own flush; nothing is written below snapshots/.
 //     Everything that reads snapshot data treats an empty snapshot as an
-//     empty directory or a sparse file of its size, and Recover removes
-//     data found under an empty snapshot's name.
+//     empty directory or a sparse file of its size, and Recover
+//     quarantines data found under an empty snapshot's name.
 //   - Records live in one record log shared by all tables, group-committed
 //     (state.Log); directory flushes are shared by concurrent operations
 //     too (state.SyncDir), so a burst of creates costs far fewer flushes
@@ -286,9 +287,11 @@ func tempPath(final string) string {
 const tempPrefix = ".tmp-"
 
 // recover finishes or undoes what a crash interrupted: it removes data under
-// temporary names and data without a record, drops snapshot records whose
-// data is gone or does not match their manifest, and removes member
-// snapshots of group snapshots whose group record was never written. With
+// temporary names, quarantines data without a record (unless the records
+// cannot be complete: then it leaves the data folders alone, see
+// cleanupHalt), drops snapshot records whose data is gone or does not match
+// their manifest, and drops member snapshots of group snapshots whose group
+// record was never written. With
 // fsync on it first flushes the filesystem, so that whatever a killed
 // predecessor left unflushed is durable before the driver reports it.
 func (d *Driver) recover(ctx context.Context) error {

@@ -110,7 +110,7 @@ func holdsNoData(path string, size int64) (bool, fs.FileInfo, error) {
 // The record is the whole snapshot, so the log's own flush (Commit) makes
 // it durable and nothing is written below snapshots/. Data that an earlier,
 // failed attempt left under the snapshot's name is never read; deleting the
-// snapshot removes it, and so does Recover.
+// snapshot removes it, and Recover quarantines it.
 func (d *Driver) recordEmptySnapshot(snap state.Snapshot) error {
 	if err := d.snapshots.Put(snap.ID, snap); err != nil {
 		return storeErr("record snapshot", err)
@@ -128,7 +128,8 @@ func (d *Driver) recordEmptySnapshot(snap state.Snapshot) error {
 // starts after the record reached the device and so makes it durable too,
 // which saves the record a flush of its own. Should the machine fail before
 // the flushes finished, Recover finds a record whose data is missing or does
-// not match its manifest and drops it, and removes data without a record.
+// not match its manifest and drops it, and quarantines data without a
+// record.
 // The snapshot is reported only after the flushes.
 func (d *Driver) copySnapshot(snap state.Snapshot) error {
 	final := d.snapshotPath(snap.ID)
