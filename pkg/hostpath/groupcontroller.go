@@ -113,7 +113,7 @@ func (d *Driver) cutGroup(ctx context.Context, gid, name string, sources []strin
 	}
 	jobs := make([]func() error, len(members))
 	for i, m := range members {
-		jobs[i] = func() error { return d.takeSnapshot(m) }
+		jobs[i] = func() error { return d.takeSnapshot(ctx, m) }
 	}
 	quiesced, errs, err := d.quiesce.run(ctx, paths, jobs)
 	g := state.GroupSnapshot{ID: gid, Name: name, SourceVolumeIDs: sources, CreatedAt: created}
