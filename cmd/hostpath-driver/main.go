@@ -50,6 +50,7 @@ func parseFlags(args []string) (hostpath.Options, error) {
 		fs.PrintDefaults()
 	}
 	fs.StringVar(&opts.Endpoint, "endpoint", opts.Endpoint, "CSI endpoint to serve, unix:///path/to/csi.sock")
+	fs.IntVar(&opts.SocketGroup, "socket-group", opts.SocketGroup, "group ID that owns the CSI socket (mode 0660), so non-root sidecars of that group can connect; -1 leaves it to the driver's user")
 	fs.StringVar(&opts.NodeID, "nodeid", opts.NodeID, "ID of this node (required): letters, digits, '.', '_' or '-'")
 	fs.StringVar(&opts.DriverName, "drivername", opts.DriverName, "CSI driver name reported by GetPluginInfo")
 	fs.StringVar(&opts.DataDir, "datadir", opts.DataDir, "absolute directory holding volume data, snapshot data and state")

@@ -115,7 +115,26 @@ func Run(ctx context.Context, opts Options) (err error) {
 		return fmt.Errorf("listen on %s: %w", path, err)
 	}
 	defer os.Remove(path)
+	if err := shareSocket(path, opts.SocketGroup); err != nil {
+		_ = lis.Close()
+		return err
+	}
 	return d.Serve(ctx, lis)
+}
+
+// shareSocket gives the socket at path to group gid with mode 0660, unless
+// gid is negative.
+func shareSocket(path string, gid int) error {
+	if gid < 0 {
+		return nil
+	}
+	if err := os.Chown(path, -1, gid); err != nil {
+		return fmt.Errorf("give socket to group %d: %w", gid, err)
+	}
+	if err := os.Chmod(path, 0o660); err != nil {
+		return fmt.Errorf("make socket group-writable: %w", err)
+	}
+	return nil
 }
 
 // New locks and opens the data directory, recovers from any interrupted

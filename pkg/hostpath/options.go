@@ -16,6 +16,9 @@ const DefaultDriverName = "hostpath.csi.shutter.dev"
 type Options struct {
 	// Endpoint is the Unix socket to serve CSI on, as unix:///path or a path.
 	Endpoint string
+	// SocketGroup, when not negative, owns the socket (mode 0660), so that
+	// sidecars running as that group, not as root, can connect.
+	SocketGroup int
 	// NodeID identifies this node; volumes are attached and published here.
 	NodeID string
 	// DriverName is reported by GetPluginInfo.
@@ -65,6 +68,7 @@ type Options struct {
 func DefaultOptions() Options {
 	return Options{
 		Endpoint:          "unix:///csi/csi.sock",
+		SocketGroup:       -1,
 		DriverName:        DefaultDriverName,
 		Version:           "v0.1.0",
 		DataDir:           "/var/lib/csi-hostpath-data",
