@@ -219,6 +219,9 @@ func openRoot(path string, flags int) (*os.File, unix.Stat_t, error) {
 	return f, st, nil
 }
 
+// devIno names a file by device and inode.
+type devIno struct{ dev, ino uint64 }
+
 // isDirMode and isRegMode test a stat mode's type.
 func isDirMode(m uint32) bool { return m&unix.S_IFMT == unix.S_IFDIR }
 func isRegMode(m uint32) bool { return m&unix.S_IFMT == unix.S_IFREG }

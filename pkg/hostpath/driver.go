@@ -137,26 +137,36 @@ func shareSocket(path string, gid int) error {
 	return nil
 }
 
-// New locks and opens the data directory, recovers from any interrupted
-// operation and returns a driver ready to serve. It fails while another
-// driver, in this process or another, has the directory open. Close
-// releases it.
+// New resumes what an earlier driver left quiesced, locks and opens the
+// data directory, recovers from any interrupted operation and returns a
+// driver ready to serve. It fails while another driver, in this process or
+// another, has the directory open. Close releases it.
 func New(ctx context.Context, opts Options) (*Driver, error) {
 	if err := opts.Validate(); err != nil {
 		return nil, err
 	}
 	opts.DataDir = filepath.Clean(opts.DataDir)
-	for _, dir := range []string{volumesDir(opts.DataDir), snapshotsDir(opts.DataDir)} {
-		if err := os.MkdirAll(dir, 0o750); err != nil {
-			return nil, fmt.Errorf("create data dir: %w", err)
-		}
-	}
 	d := &Driver{
 		opts:     opts,
 		locks:    newIDLocks(),
 		copier:   copier{sync: opts.Sync},
 		now:      time.Now,
 		reserved: map[string]int64{},
+		quiesce:  newQuiescer(opts),
+	}
+	// First of all, whatever fails later: pods a killed driver left
+	// frozen must run again.
+	if err := d.quiesce.recover(ctx); err != nil {
+		klog.FromContext(ctx).Error(err, "Resuming what a previous driver left quiesced failed")
+	}
+	if opts.GroupSnapshotQuiesce && os.Geteuid() != 0 {
+		klog.FromContext(ctx).Info("Group snapshots are not quiesced: freezing the pods that use volumes needs root")
+		d.quiesce.enabled = false
+	}
+	for _, dir := range []string{volumesDir(opts.DataDir), snapshotsDir(opts.DataDir)} {
+		if err := os.MkdirAll(dir, 0o750); err != nil {
+			return nil, fmt.Errorf("create data dir: %w", err)
+		}
 	}
 	var err error
 	// Lock before reading anything: recovery removes data it finds no
@@ -174,14 +184,6 @@ func New(ctx context.Context, opts Options) (*Driver, error) {
 func (d *Driver) open(ctx context.Context) error {
 	if err := d.openState(ctx); err != nil {
 		return err
-	}
-	d.quiesce = newQuiescer(d.opts)
-	if d.opts.GroupSnapshotQuiesce && os.Geteuid() != 0 {
-		klog.FromContext(ctx).Info("Group snapshots are not quiesced: finding and stopping the processes that use volumes needs root")
-		d.quiesce.enabled = false
-	}
-	if err := d.quiesce.recover(ctx); err != nil {
-		return fmt.Errorf("recover state: %w", err)
 	}
 	if err := d.recover(ctx); err != nil {
 		return fmt.Errorf("recover state: %w", err)

@@ -55,13 +55,18 @@ type Options struct {
 	// failure the volume is copied from its snapshot again, so no torn data
 	// is ever served (restore.go).
 	BackgroundRestoreSync bool
-	// GroupSnapshotQuiesce stops the processes that use a group snapshot's
-	// member volumes while the members are copied, so that the members
-	// show one instant even while workloads write (quiesce.go).
+	// GroupSnapshotQuiesce freezes the cgroups of the pods the driver
+	// published a group snapshot's member volumes to while the members are
+	// copied, so that the members show one instant even while workloads
+	// write (quiesce.go). Off by default.
 	GroupSnapshotQuiesce bool
-	// GroupSnapshotQuiesceTimeout bounds how long those processes stay
-	// stopped; a copy that takes longer fails and is retried.
+	// GroupSnapshotQuiesceTimeout bounds how long those pods stay frozen;
+	// a copy that takes longer fails and is retried, and fails for good
+	// after three timeouts in a row.
 	GroupSnapshotQuiesceTimeout time.Duration
+	// CgroupRoot is where the node's cgroup filesystem is mounted: the
+	// unified hierarchy, or the folder holding the v1 hierarchies.
+	CgroupRoot string
 }
 
 // DefaultOptions returns the defaults the command line starts from.
@@ -80,8 +85,9 @@ func DefaultOptions() Options {
 
 		BackgroundRestoreSync: true,
 
-		GroupSnapshotQuiesce:        true,
-		GroupSnapshotQuiesceTimeout: time.Minute,
+		GroupSnapshotQuiesce:        false,
+		GroupSnapshotQuiesceTimeout: 5 * time.Second,
+		CgroupRoot:                  "/sys/fs/cgroup",
 	}
 }
 
