@@ -428,16 +428,7 @@ func removeData(path string) error {
 func (d *Driver) reserve(key string, bytes int64, except string) (func(), error) {
 	d.capMu.Lock()
 	defer d.capMu.Unlock()
-	used := int64(0)
-	for _, v := range d.volumes.List() {
-		// A reservation stands in for the record of a volume being made.
-		if _, ok := d.reserved[volumeKey(v.ID)]; !ok && v.ID != except {
-			used += v.CapacityBytes
-		}
-	}
-	for _, r := range d.reserved {
-		used += r
-	}
+	used := d.usedLocked(except)
 	if used+bytes > d.opts.Capacity {
 		return nil, status.Errorf(codes.ResourceExhausted, "%d bytes requested, %d of %d bytes free", bytes, d.opts.Capacity-used, d.opts.Capacity)
 	}
@@ -453,16 +444,30 @@ func (d *Driver) reserve(key string, bytes int64, except string) (func(), error)
 func (d *Driver) freeCapacity() int64 {
 	d.capMu.Lock()
 	defer d.capMu.Unlock()
+	return max(d.opts.Capacity-d.usedLocked(""), 0)
+}
+
+// usedLocked sums what counts against the capacity: every volume's size
+// but except's, every snapshot that holds data (as much as its volume's
+// size, the most it can hold; an empty one is a record only) and the
+// reservations, which stand in for the records of what is being made.
+// Called with capMu.
+func (d *Driver) usedLocked(except string) int64 {
 	used := int64(0)
 	for _, v := range d.volumes.List() {
-		if _, ok := d.reserved[volumeKey(v.ID)]; !ok {
+		if _, ok := d.reserved[volumeKey(v.ID)]; !ok && v.ID != except {
 			used += v.CapacityBytes
+		}
+	}
+	for _, s := range d.snapshots.List() {
+		if _, ok := d.reserved[snapshotKey(s.ID)]; !ok && !s.Empty {
+			used += s.SizeBytes
 		}
 	}
 	for _, r := range d.reserved {
 		used += r
 	}
-	return max(d.opts.Capacity-used, 0)
+	return used
 }
 
 // topology is the node's topology segment, or nil without topology.

@@ -75,6 +75,12 @@ func (d *Driver) takeSnapshot(ctx context.Context, snap state.Snapshot) error {
 		snap.Empty, snap.Mode, snap.UID, snap.GID = true, info.Mode()&modeBits, st.Uid, st.Gid
 		return d.recordEmptySnapshot(snap)
 	}
+	// A copy counts against the capacity like a volume of its size.
+	release, err := d.reserve(snapshotKey(snap.ID), snap.SizeBytes, "")
+	if err != nil {
+		return err
+	}
+	defer release()
 	return d.copySnapshot(ctx, snap)
 }
 
