@@ -50,6 +50,7 @@ func parseFlags(args []string) (hostpath.Options, error) {
 		fs.PrintDefaults()
 	}
 	fs.StringVar(&opts.Endpoint, "endpoint", opts.Endpoint, "CSI endpoint to serve, unix:///path/to/csi.sock")
+	fs.IntVar(&opts.SocketGroup, "socket-group", opts.SocketGroup, "group ID that owns the CSI socket (mode 0660), so non-root sidecars of that group can connect; -1 leaves it to the driver's user")
 	fs.StringVar(&opts.NodeID, "nodeid", opts.NodeID, "ID of this node (required): letters, digits, '.', '_' or '-'")
 	fs.StringVar(&opts.DriverName, "drivername", opts.DriverName, "CSI driver name reported by GetPluginInfo")
 	fs.StringVar(&opts.DataDir, "datadir", opts.DataDir, "absolute directory holding volume data, snapshot data and state")
@@ -67,12 +68,13 @@ func parseFlags(args []string) (hostpath.Options, error) {
 			"for the flush, a killed driver flushes a finished copy again at start and otherwise, as after a power failure, copies it from its\n"+
 			"snapshot again, so torn data is never served. false flushes before returning")
 	fs.BoolVar(&opts.GroupSnapshotQuiesce, "group-snapshot-quiesce", opts.GroupSnapshotQuiesce,
-		"stop the processes that use a group snapshot's volumes while they are copied, so that the members show one instant\n"+
-			"even while workloads write: processes in other mount namespaces than the driver's and the host's that mount a member\n"+
-			"(as a pod's bind mount of a published volume does) or hold a file in one; their cgroup is frozen when it holds nothing else\n"+
-			"(cgroup v2 cgroup.freeze or the v1 freezer), otherwise they get SIGSTOP and SIGCONT. Needs root and the node's PID namespace")
+		"freeze the pods a group snapshot's volumes are published to (read-write) while the volumes are copied, so that the\n"+
+			"members show one instant even while workloads write: the pods' UIDs come from the driver's publish targets, their\n"+
+			"cgroups are frozen (cgroup v2 cgroup.freeze or the v1 freezer) below --cgroup-root. Needs root")
 	fs.DurationVar(&opts.GroupSnapshotQuiesceTimeout, "group-snapshot-quiesce-timeout", opts.GroupSnapshotQuiesceTimeout,
-		"longest time processes stay stopped for one group snapshot; a copy that takes longer resumes them and fails with Unavailable")
+		"longest time pods stay frozen for one group snapshot; a copy that takes longer thaws them and fails with Unavailable,\n"+
+			"and after three such timeouts in a row with FailedPrecondition, for good")
+	fs.StringVar(&opts.CgroupRoot, "cgroup-root", opts.CgroupRoot, "where the node's cgroup filesystem is mounted (the unified hierarchy, or the folder of the v1 hierarchies)")
 	fs.StringVar(&opts.Version, "version-string", opts.Version, "vendor version reported by GetPluginInfo")
 	fs.StringVar(&opts.HTTPEndpoint, "http-endpoint", opts.HTTPEndpoint, "TCP address to serve /metrics on, e.g. :8080; empty serves nothing")
 	klogFlags := flag.NewFlagSet("klog", flag.ContinueOnError)

@@ -32,7 +32,7 @@ func TestParseFlags(t *testing.T) {
 					t.Fatal(err)
 				}
 				if opts.NodeID != "n1" || !opts.EnableAttach || opts.MaxVolumesPerNode != 3 || opts.DriverName != "hostpath.csi.shutter.dev" ||
-					!opts.GroupSnapshotQuiesce || opts.GroupSnapshotQuiesceTimeout != time.Minute {
+					opts.GroupSnapshotQuiesce || opts.GroupSnapshotQuiesceTimeout != 5*time.Second || opts.SocketGroup != -1 {
 					t.Fatalf("options = %+v", opts)
 				}
 				return

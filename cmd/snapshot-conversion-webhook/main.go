@@ -62,6 +62,12 @@ func parseFlags(args []string) (conversion.Options, bool, error) {
 	fs.StringVar(&c.URL, "webhook-url", "", "URL the API server calls instead of a Service, for --patch-crds.")
 	fs.StringVar(&c.CABundleFile, "ca-bundle-file", "", "PEM CA that signed the serving certificate, written into the CRDs by --patch-crds.")
 	fs.DurationVar(&c.Resync, "crd-resync-period", c.Resync, "How often --patch-crds applies the conversion settings again.")
+	fs.Int64Var(&opts.MaxRequestBytes, "max-request-bytes", opts.MaxRequestBytes, "Largest ConversionReview body accepted; a larger one is answered 413.")
+	t := &opts.Timeouts
+	fs.DurationVar(&t.ReadHeader, "read-header-timeout", t.ReadHeader, "How long a client may take to send a request's headers.")
+	fs.DurationVar(&t.Read, "read-timeout", t.Read, "How long a client may take to send a whole request.")
+	fs.DurationVar(&t.Write, "write-timeout", t.Write, "How long answering a request may take, from the end of its headers.")
+	fs.DurationVar(&t.Idle, "idle-timeout", t.Idle, "How long a kept-alive connection may wait for its next request.")
 	showVersion := fs.Bool("version", false, "Print the version and exit.")
 	c.Client.AddFlags(fs, 5, 10)
 	klog.InitFlags(fs)
@@ -76,6 +82,9 @@ func parseFlags(args []string) (conversion.Options, bool, error) {
 	}
 	if opts.CertFile == "" || opts.KeyFile == "" {
 		return opts, false, errors.New("--tls-cert-file and --tls-private-key-file are required")
+	}
+	if opts.MaxRequestBytes <= 0 || t.ReadHeader <= 0 || t.Read <= 0 || t.Write <= 0 || t.Idle <= 0 {
+		return opts, false, errors.New("--max-request-bytes and the timeouts must be positive")
 	}
 	c.ServicePort = int32(*port)
 	if *crds != "" {

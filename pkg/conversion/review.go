@@ -2,6 +2,7 @@ package conversion
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -13,8 +14,9 @@ import (
 	"k8s.io/klog/v2"
 )
 
-// maxReviewBytes bounds a ConversionReview body; the API server sends at most one list page.
-const maxReviewBytes = 64 << 20
+// DefaultMaxRequestBytes bounds a ConversionReview body unless configured otherwise; the API
+// server sends at most one list page.
+const DefaultMaxRequestBytes = 64 << 20
 
 // Review answers one ConversionReview request: every object converted, or a failure naming the
 // first object that could not be.
@@ -49,15 +51,27 @@ func convertRaw(raw []byte, desiredAPIVersion string) ([]byte, error) {
 	return out.MarshalJSON()
 }
 
-// Handler serves ConversionReviews of apiextensions.k8s.io/v1 posted as JSON.
-func Handler() http.Handler {
+// Handler serves ConversionReviews of apiextensions.k8s.io/v1 posted as JSON, of at most
+// DefaultMaxRequestBytes.
+func Handler() http.Handler { return LimitedHandler(DefaultMaxRequestBytes) }
+
+// LimitedHandler is Handler for bodies of at most maxBytes; a longer body is refused with 413
+// Request Entity Too Large, never cut and parsed.
+func LimitedHandler(maxBytes int64) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		logger := klog.FromContext(r.Context())
 		if r.Method != http.MethodPost {
 			http.Error(w, "only POST is served", http.StatusMethodNotAllowed)
 			return
 		}
-		body, err := io.ReadAll(io.LimitReader(r.Body, maxReviewBytes))
+		body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, maxBytes))
+		var tooLarge *http.MaxBytesError
+		if errors.As(err, &tooLarge) {
+			logger.Error(nil, "ConversionReview too large", "limitBytes", tooLarge.Limit)
+			http.Error(w, fmt.Sprintf("ConversionReview body exceeds the limit of %d bytes (--max-request-bytes)", tooLarge.Limit),
+				http.StatusRequestEntityTooLarge)
+			return
+		}
 		if err != nil {
 			http.Error(w, err.Error(), http.StatusBadRequest)
 			return

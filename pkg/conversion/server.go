@@ -32,11 +32,30 @@ type Options struct {
 	Port int
 	// CRDs optionally points CRDs at this webhook (see CRDOptions).
 	CRDs CRDOptions
+	// MaxRequestBytes bounds a request body; a longer one is answered 413.
+	MaxRequestBytes int64
+	// Timeouts bound how long a client may take, so that slow or stalled
+	// clients cannot hold connections (and memory) open.
+	Timeouts Timeouts
 }
 
-// DefaultOptions returns the defaults of the command's flags.
+// Timeouts are the http.Server timeouts of the webhook.
+type Timeouts struct {
+	// ReadHeader bounds reading a request's headers, Read the whole
+	// request, Write the time from the end of the headers to the end of the
+	// response, and Idle how long a kept-alive connection waits for the
+	// next request.
+	ReadHeader, Read, Write, Idle time.Duration
+}
+
+// DefaultOptions returns the defaults of the command's flags. The API
+// server waits at most 30 s for a conversion, so no exchange needs longer.
 func DefaultOptions() Options {
-	return Options{Port: 9443, CRDs: CRDOptions{Resync: time.Minute, ServicePort: 443}}
+	return Options{
+		Port: 9443, CRDs: CRDOptions{Resync: time.Minute, ServicePort: 443},
+		MaxRequestBytes: DefaultMaxRequestBytes,
+		Timeouts:        Timeouts{ReadHeader: 10 * time.Second, Read: 30 * time.Second, Write: 30 * time.Second, Idle: 90 * time.Second},
+	}
 }
 
 // Run listens on the configured port and serves until ctx is done.
@@ -61,11 +80,14 @@ func Serve(ctx context.Context, ln net.Listener, opts Options) error {
 	go certs.Run(ctx, 1)
 
 	mux := http.NewServeMux()
-	mux.Handle(ConvertPath, Handler())
+	mux.Handle(ConvertPath, LimitedHandler(opts.MaxRequestBytes))
 	app.InstallHealthChecks(mux)
 	srv := &http.Server{
 		Handler:           mux,
-		ReadHeaderTimeout: 10 * time.Second,
+		ReadHeaderTimeout: opts.Timeouts.ReadHeader,
+		ReadTimeout:       opts.Timeouts.Read,
+		WriteTimeout:      opts.Timeouts.Write,
+		IdleTimeout:       opts.Timeouts.Idle,
 		TLSConfig: &tls.Config{
 			MinVersion:     tls.VersionTLS12,
 			GetCertificate: (&certCache{content: certs}).get,

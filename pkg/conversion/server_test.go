@@ -6,11 +6,15 @@ import (
 	"crypto/tls"
 	"crypto/x509"
 	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -158,5 +162,97 @@ func TestServeReloadsCertificate(t *testing.T) {
 	}
 	if blocks, _ := certutil.ParseCertsPEM(second); !bytes.Equal(servedCert(t, addr), blocks[0].Raw) {
 		t.Error("the server presents neither the old nor the new certificate")
+	}
+}
+
+// TestHandlerRefusesOversizedBody: a body over the limit is answered 413
+// with the limit named, never cut and parsed (before, a body was cut at
+// 64 MiB silently and then failed as malformed JSON).
+func TestHandlerRefusesOversizedBody(t *testing.T) {
+	body, err := json.Marshal(review(t, "groupsnapshot.storage.k8s.io/v1"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		name  string
+		h     http.Handler
+		limit int64
+	}{
+		{name: "default limit", h: Handler(), limit: DefaultMaxRequestBytes},
+		{name: "configured limit", h: LimitedHandler(4096), limit: 4096},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			// Leading whitespace keeps the JSON valid, had it been read whole.
+			padded := io.MultiReader(io.LimitReader(spaces{}, tc.limit), bytes.NewReader(body))
+			rec := httptest.NewRecorder()
+			tc.h.ServeHTTP(rec, httptest.NewRequest(http.MethodPost, ConvertPath, padded))
+			if rec.Code != http.StatusRequestEntityTooLarge || !strings.Contains(rec.Body.String(), fmt.Sprint(tc.limit)) {
+				t.Fatalf("code %d, body %q; want 413 naming the limit %d", rec.Code, rec.Body.String(), tc.limit)
+			}
+			rec = httptest.NewRecorder()
+			tc.h.ServeHTTP(rec, httptest.NewRequest(http.MethodPost, ConvertPath, io.MultiReader(io.LimitReader(spaces{}, tc.limit-int64(len(body))), bytes.NewReader(body))))
+			if rec.Code != http.StatusOK {
+				t.Fatalf("a body of exactly the limit: code %d, %s", rec.Code, rec.Body.String())
+			}
+		})
+	}
+}
+
+// spaces reads as endless blanks.
+type spaces struct{}
+
+func (spaces) Read(p []byte) (int, error) {
+	for i := range p {
+		p[i] = ' '
+	}
+	return len(p), nil
+}
+
+// TestServeDropsSlowClients: a client that stalls in the middle of a body,
+// and a kept-alive connection without a next request, are closed once the
+// configured timeouts pass.
+func TestServeDropsSlowClients(t *testing.T) {
+	dir := t.TempDir()
+	certFile, keyFile := filepath.Join(dir, "tls.crt"), filepath.Join(dir, "tls.key")
+	writeCert(t, certFile, keyFile)
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	opts := DefaultOptions()
+	opts.CertFile, opts.KeyFile = certFile, keyFile
+	opts.Timeouts = Timeouts{ReadHeader: 300 * time.Millisecond, Read: 500 * time.Millisecond, Write: time.Second, Idle: 500 * time.Millisecond}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- Serve(ctx, ln, opts) }()
+	defer func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("Serve: %v", err)
+		}
+	}()
+	for _, tc := range []struct{ name, send string }{
+		{name: "stalled body", send: "POST /convert HTTP/1.1\r\nHost: webhook\r\nContent-Length: 1000\r\n\r\n{"},
+		{name: "stalled headers", send: "POST /convert HTTP/1.1\r\nHost: web"},
+		{name: "idle keep-alive", send: "GET /healthz HTTP/1.1\r\nHost: webhook\r\n\r\n"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			conn, err := tls.Dial("tcp", ln.Addr().String(), &tls.Config{InsecureSkipVerify: true}) //nolint:gosec // only timeouts are tested
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer func() { _ = conn.Close() }()
+			if _, err := io.WriteString(conn, tc.send); err != nil {
+				t.Fatal(err)
+			}
+			// The server must close the connection well before this
+			// deadline; reading until then shows whether it did.
+			_ = conn.SetReadDeadline(time.Now().Add(15 * time.Second))
+			_, err = io.Copy(io.Discard, conn)
+			var ne net.Error
+			if errors.As(err, &ne) && ne.Timeout() {
+				t.Fatal("the server kept the connection open for 15 s")
+			}
+		})
 	}
 }

@@ -6,6 +6,7 @@ import (
 	"io"
 	"io/fs"
 	"os"
+	"path"
 	"path/filepath"
 	"sync"
 
@@ -33,6 +34,8 @@ type copier struct {
 	// filesystem allows it, leaving the page cache alone (directcopy.go).
 	// It applies with holesKnown only.
 	direct bool
+	// hooks, when set, let tests act during a copy.
+	hooks *copyHooks
 }
 
 // copied describes what a copy made.
@@ -41,80 +44,186 @@ type copied struct {
 	// is the root). The copier does not flush them: flushTree does, when
 	// the caller has renamed the copy into place.
 	dirs []string
-	// manifest summarises the copy for verification after a crash.
+	// manifest summarises the copy for verification after a crash: it
+	// counts what was copied, with each file's size as the copy has it.
 	manifest state.Manifest
+	// changed counts the source entries left out because they vanished or
+	// were replaced between the listing of their directory and their open.
+	changed int
+}
+
+// copyHooks let tests act at fixed points of a copy.
+type copyHooks struct {
+	// listed runs after an entry (relative path) was listed in its
+	// directory and before it is opened.
+	listed func(rel string)
 }
 
 // copyPath copies src to dst; src is a regular file (block volume) or a
-// directory tree (mount volume). dst must not exist: if it does, the error
+// directory tree (mount volume), which a workload may be changing: it is
+// read as beneath.go describes. dst must not exist: if it does, the error
 // matches fs.ErrExist. With sync, regular files are flushed before
 // copyPath returns.
 func (c copier) copyPath(dst, src string) (copied, error) {
-	info, err := os.Lstat(src)
+	in, st, err := openRoot(src, unix.O_RDONLY)
 	if err != nil {
-		return copied{}, fmt.Errorf("stat copy source: %w", err)
+		return copied{}, fmt.Errorf("open copy source: %w", err)
 	}
-	if info.IsDir() {
-		return c.copyTree(dst, src)
+	defer in.Close()
+	switch {
+	case isDirMode(st.Mode):
+		return c.copyTree(dst, in, &st)
+	case isRegMode(st.Mode):
+		size, err := c.copyFile(unix.AT_FDCWD, dst, in, &st)
+		return copied{manifest: state.Manifest{Entries: 1, Bytes: size}}, err
 	}
-	if err := c.copyFile(dst, src, info); err != nil {
-		return copied{}, err
-	}
-	return copied{manifest: state.Manifest{Entries: 1, Bytes: info.Size()}}, nil
+	return copied{}, fmt.Errorf("copy source %s is neither a directory nor a regular file", src)
 }
 
-// copyTree copies a directory tree: directories, regular files, symlinks.
-// Other file types (devices, sockets, fifos) are skipped.
-func (c copier) copyTree(dst, src string) (copied, error) {
-	var out copied
-	var times []dirTimes
-	err := filepath.WalkDir(src, func(path string, d fs.DirEntry, err error) error {
-		if err != nil {
-			return err
-		}
-		rel := "."
-		if path != src {
-			rel = path[len(src)+1:]
-		}
-		target := filepath.Join(dst, rel)
-		if !d.IsDir() && d.Type()&fs.ModeSymlink == 0 && !d.Type().IsRegular() {
-			return nil
-		}
-		info, err := d.Info()
-		if err != nil {
-			return err
-		}
-		out.manifest.Entries++
-		switch {
-		case d.IsDir():
-			st, err := statOf(info)
-			if err != nil {
-				return err
-			}
-			out.dirs = append(out.dirs, rel)
-			times = append(times, dirTimes{rel: rel, times: timesOf(st)})
-			if err := os.Mkdir(target, 0o700); err != nil {
-				return err
-			}
-			return keepDirAttrs(target, info)
-		case d.Type()&fs.ModeSymlink != 0:
-			link, err := os.Readlink(path)
-			if err != nil {
-				return err
-			}
-			if err := os.Symlink(link, target); err != nil {
-				return err
-			}
-			return keepLinkAttrs(target, info)
-		default:
-			out.manifest.Bytes += info.Size()
-			return c.copyFile(target, path, info)
-		}
-	})
-	if err == nil {
-		err = keepDirTimes(dst, times)
+// treeCopy is one copy of a directory tree in progress.
+type treeCopy struct {
+	c copier
+	// root is the copy's top directory; dev the source's device.
+	root int
+	dev  uint64
+	// links maps the source files with more than one link to their first
+	// copy, so that the others become links to it.
+	links map[devIno]linkedCopy
+	made  copied
+}
+
+// linkedCopy is the first copy of a file with several links.
+type linkedCopy struct {
+	rel  string
+	size int64
+}
+
+// copyTree copies the directory tree in (lstat st) to the new directory
+// dst: directories, regular files (hard links stay hard links) and
+// symlinks. FIFOs, sockets and devices are left out, never opened.
+func (c copier) copyTree(dst string, in *os.File, st *unix.Stat_t) (copied, error) {
+	if err := os.Mkdir(dst, 0o700); err != nil {
+		return copied{}, err
 	}
-	return out, err
+	out, _, err := openRoot(dst, unix.O_RDONLY|unix.O_DIRECTORY)
+	if err != nil {
+		return copied{}, err
+	}
+	defer out.Close()
+	w := &treeCopy{c: c, root: int(out.Fd()), dev: st.Dev, links: map[devIno]linkedCopy{}}
+	w.made.dirs, w.made.manifest.Entries = []string{"."}, 1
+	if err := w.copyDir(int(in.Fd()), w.root, ".", 0); err != nil {
+		return w.made, err
+	}
+	return w.made, keepAttrs(w.root, unix.AT_FDCWD, dst, st)
+}
+
+// copyDir copies the entries of the source directory src into the copy's
+// directory dst, rel below the root.
+func (w *treeCopy) copyDir(src, dst int, rel string, depth int) error {
+	if depth >= maxTreeDepth {
+		return fmt.Errorf("%s: the tree is more than %d levels deep", rel, maxTreeDepth)
+	}
+	entries, err := listDir(src)
+	if err != nil {
+		return fmt.Errorf("%s: %w", rel, err)
+	}
+	for _, l := range entries {
+		child := path.Join(rel, l.name)
+		if w.c.hooks != nil && w.c.hooks.listed != nil {
+			w.c.hooks.listed(child)
+		}
+		switch {
+		case l.st.Dev != w.dev:
+			err = fmt.Errorf("%w: %s is another filesystem", errChanged, l.name)
+		case l.kind() == unix.S_IFDIR:
+			err = w.copySubdir(src, dst, l, child, depth)
+		case l.kind() == unix.S_IFREG:
+			err = w.copyRegular(src, dst, l, child)
+		case l.kind() == unix.S_IFLNK:
+			err = w.copySymlink(src, dst, l)
+		default:
+			continue // FIFO, socket or device: not copied
+		}
+		if errors.Is(err, errChanged) {
+			w.made.changed++
+			continue
+		}
+		if err != nil {
+			return fmt.Errorf("%s: %w", child, err)
+		}
+	}
+	return nil
+}
+
+// copySubdir copies the directory entry l of src, and what it holds.
+func (w *treeCopy) copySubdir(src, dst int, l listed, rel string, depth int) error {
+	in, st, err := openListedDir(src, l)
+	if err != nil {
+		return err
+	}
+	defer in.Close()
+	if err := unix.Mkdirat(dst, l.name, 0o700); err != nil {
+		return fmt.Errorf("create copy directory: %w", err)
+	}
+	fd, err := openBeneath(dst, l.name, unix.O_RDONLY|unix.O_DIRECTORY)
+	if err != nil {
+		return fmt.Errorf("open copy directory: %w", err)
+	}
+	defer func() { _ = unix.Close(fd) }()
+	w.made.manifest.Entries++
+	w.made.dirs = append(w.made.dirs, rel)
+	if err := w.copyDir(int(in.Fd()), fd, rel, depth+1); err != nil {
+		return err
+	}
+	// Last: creating the entries changed the directory's times.
+	return keepAttrs(fd, dst, l.name, &st)
+}
+
+// copyRegular copies the regular file entry l of src, or links it to the
+// copy of another of its links.
+func (w *treeCopy) copyRegular(src, dst int, l listed, rel string) error {
+	key := devIno{l.st.Dev, l.st.Ino}
+	if first, ok := w.links[key]; ok && l.st.Nlink > 1 {
+		if err := unix.Linkat(w.root, first.rel, dst, l.name, 0); err != nil {
+			return fmt.Errorf("link copy to %s: %w", first.rel, err)
+		}
+		w.made.manifest.Entries++
+		w.made.manifest.Bytes += first.size
+		return nil
+	}
+	in, st, err := openListedFile(src, l, unix.O_RDONLY)
+	if err != nil {
+		return err
+	}
+	defer in.Close()
+	size, err := w.c.copyFile(dst, l.name, in, &st)
+	if err != nil {
+		return err
+	}
+	if st.Nlink > 1 {
+		w.links[key] = linkedCopy{rel: rel, size: size}
+	}
+	w.made.manifest.Entries++
+	w.made.manifest.Bytes += size
+	return nil
+}
+
+// copySymlink copies the symlink entry l of src: its target, as text.
+func (w *treeCopy) copySymlink(src, dst int, l listed) error {
+	buf := make([]byte, unix.PathMax)
+	n, err := unix.Readlinkat(src, l.name, buf)
+	if err == unix.ENOENT || err == unix.EINVAL {
+		return fmt.Errorf("%w: readlink %s: %w", errChanged, l.name, err)
+	}
+	if err != nil {
+		return fmt.Errorf("readlink: %w", err)
+	}
+	if err := unix.Symlinkat(string(buf[:n]), dst, l.name); err != nil {
+		return fmt.Errorf("create copy symlink: %w", err)
+	}
+	w.made.manifest.Entries++
+	return keepLinkAttrs(dst, l.name, &l.st)
 }
 
 // flushTree makes a copy renamed into place at root durable: it flushes
@@ -151,7 +260,8 @@ func fsyncPath(path string) error {
 	return nil
 }
 
-// manifestOf summarises the data at path as copyPath does.
+// manifestOf summarises the data at path as copyPath does: every
+// directory, symlink and regular file name, and the regular files' sizes.
 func manifestOf(path string) (state.Manifest, error) {
 	var m state.Manifest
 	err := filepath.WalkDir(path, func(_ string, d fs.DirEntry, err error) error {
@@ -174,48 +284,59 @@ func manifestOf(path string) (state.Manifest, error) {
 	return m, err
 }
 
-// copyFile copies one regular file, keeping its size and holes, and the
-// owner, mode and times of info, the source's (keepFileAttrs).
-func (c copier) copyFile(dst, src string, info fs.FileInfo) (err error) {
-	in, err := os.Open(src)
+// copyFile copies the open regular file in (fstat st) to the new file
+// name in directory dirfd, keeping its size and holes and its owner, mode
+// and times, and returns the copy's size.
+func (c copier) copyFile(dirfd int, name string, in *os.File, st *unix.Stat_t) (size int64, err error) {
+	fd, err := unix.Openat(dirfd, name, unix.O_WRONLY|unix.O_CREAT|unix.O_EXCL|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0o600)
 	if err != nil {
-		return fmt.Errorf("open copy source: %w", err)
+		return 0, &os.PathError{Op: "create copy target", Path: name, Err: err}
 	}
-	defer in.Close()
-	out, err := os.OpenFile(dst, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
-	if err != nil {
-		return fmt.Errorf("create copy target: %w", err)
-	}
+	out := os.NewFile(uintptr(fd), name)
 	defer func() {
 		if cerr := out.Close(); err == nil && cerr != nil {
 			err = fmt.Errorf("close copy target: %w", cerr)
 		}
 	}()
-	if !c.noReflink && unix.IoctlFileClone(int(out.Fd()), int(in.Fd())) == nil {
-		return c.finish(out, info)
+	if c.noReflink || unix.IoctlFileClone(int(out.Fd()), int(in.Fd())) != nil {
+		if err := c.copyContent(out, in); err != nil {
+			return 0, err
+		}
 	}
+	if err := c.finish(out, dirfd, name, st); err != nil {
+		return 0, err
+	}
+	var now unix.Stat_t
+	if err := unix.Fstat(int(out.Fd()), &now); err != nil {
+		return 0, fmt.Errorf("stat copy target: %w", err)
+	}
+	return now.Size, nil
+}
+
+// copyContent copies the data of in, as long as in is now, to out.
+func (c copier) copyContent(out, in *os.File) error {
 	size, err := in.Seek(0, io.SeekEnd)
 	if err != nil {
 		return fmt.Errorf("size copy source: %w", err)
 	}
-	if err := c.copyData(out, dst, in, size); err != nil {
+	if err := c.copyData(out, in, size); err != nil {
 		return err
 	}
 	if err := out.Truncate(size); err != nil {
 		return fmt.Errorf("size copy target: %w", err)
 	}
-	return c.finish(out, info)
+	return nil
 }
 
-// copyData copies the data of in (size bytes) to out, the new file dst.
-func (c copier) copyData(out *os.File, dst string, in *os.File, size int64) error {
+// copyData copies the data of in (size bytes) to out, a new file.
+func (c copier) copyData(out *os.File, in *os.File, size int64) error {
 	if !c.holesKnown {
 		return copySparse(out, in, size, c.sync)
 	}
 	if !c.direct {
 		return copyExtents(out, in, size, c.sync)
 	}
-	err := copyExtentsDirect(out, dst, in, size)
+	err := copyExtentsDirect(out, in, size)
 	if !errors.Is(err, errDirectUnsupported) {
 		return err
 	}
@@ -225,10 +346,10 @@ func (c copier) copyData(out *os.File, dst string, in *os.File, size int64) erro
 	return copyExtents(out, in, size, c.sync)
 }
 
-// finish gives the copy out its source's owner, mode and times (info) and,
-// with sync, flushes it.
-func (c copier) finish(out *os.File, info fs.FileInfo) error {
-	if err := keepFileAttrs(out, info); err != nil {
+// finish gives the copy out, name in dirfd, the owner, mode and times of
+// its source (st) and, with sync, flushes it.
+func (c copier) finish(out *os.File, dirfd int, name string, st *unix.Stat_t) error {
+	if err := keepFileAttrs(out, dirfd, name, st); err != nil {
 		return err
 	}
 	if !c.sync {

@@ -140,7 +140,7 @@ func TestDirectCopyMatchesSourceAndKeepsHoles(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer probe.Close()
-	if err := copyExtentsDirect(probe, probe.Name(), in, int64(len(want))); errors.Is(err, errDirectUnsupported) {
+	if err := copyExtentsDirect(probe, in, int64(len(want))); errors.Is(err, errDirectUnsupported) {
 		t.Skipf("the test directory refuses direct I/O: %v", err)
 	} else if err != nil {
 		t.Fatal(err)
@@ -148,7 +148,7 @@ func TestDirectCopyMatchesSourceAndKeepsHoles(t *testing.T) {
 	for _, refuse := range []bool{false, true} {
 		if refuse {
 			saved := openDirect
-			openDirect = func(string) (*os.File, error) { return nil, &os.PathError{Op: "open", Err: unix.EINVAL} }
+			openDirect = func(*os.File) (*os.File, error) { return nil, &os.PathError{Op: "open", Err: unix.EINVAL} }
 			t.Cleanup(func() { openDirect = saved })
 		}
 		for _, sync := range []bool{false, true} {

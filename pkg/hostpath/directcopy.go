@@ -45,17 +45,21 @@ const (
 // I/O; the caller copies through the page cache instead.
 var errDirectUnsupported = errors.New("direct I/O not supported")
 
-// openDirect opens path for direct writes; tests replace it.
-var openDirect = func(path string) (*os.File, error) {
-	return os.OpenFile(path, os.O_WRONLY|unix.O_DIRECT, 0)
+// openDirect opens the file out again for direct writes; tests replace it.
+var openDirect = func(out *os.File) (*os.File, error) {
+	fd, err := reopen(int(out.Fd()), unix.O_WRONLY|unix.O_DIRECT)
+	if err != nil {
+		return nil, err
+	}
+	return os.NewFile(uintptr(fd), out.Name()), nil
 }
 
-// copyExtentsDirect copies the data extents of in (size bytes) to the file
-// at path, which out already holds open: whole aligned blocks with direct
-// I/O, unaligned edges through out. It reports errDirectUnsupported when
-// direct I/O is refused; the caller then copies again, through the page
-// cache.
-func copyExtentsDirect(out *os.File, path string, in *os.File, size int64) error {
+// copyExtentsDirect copies the data extents of in (size bytes) to out:
+// whole aligned blocks with direct I/O, through a second descriptor of
+// out's file, unaligned edges through out. It reports errDirectUnsupported
+// when direct I/O is refused; the caller then copies again, through the
+// page cache.
+func copyExtentsDirect(out *os.File, in *os.File, size int64) error {
 	var pieces [][2]int64
 	err := forEachExtent(in, 0, size, func(start, end int64) error {
 		alignedStart := (start + directAlign - 1) / directAlign * directAlign
@@ -77,7 +81,7 @@ func copyExtentsDirect(out *os.File, path string, in *os.File, size int64) error
 	if err != nil || len(pieces) == 0 {
 		return err
 	}
-	direct, err := openDirect(path)
+	direct, err := openDirect(out)
 	if err != nil {
 		return fmt.Errorf("open copy target for direct I/O: %w", refusesDirect(err))
 	}

@@ -128,29 +128,58 @@ func Run(ctx context.Context, opts Options) (err error) {
 			}
 		}()
 	}
+	if err := shareSocket(path, opts.SocketGroup); err != nil {
+		_ = lis.Close()
+		return err
+	}
 	return d.Serve(ctx, lis)
 }
 
-// New locks and opens the data directory, recovers from any interrupted
-// operation and returns a driver ready to serve. It fails while another
-// driver, in this process or another, has the directory open. Close
-// releases it.
+// shareSocket gives the socket at path to group gid with mode 0660, unless
+// gid is negative.
+func shareSocket(path string, gid int) error {
+	if gid < 0 {
+		return nil
+	}
+	if err := os.Chown(path, -1, gid); err != nil {
+		return fmt.Errorf("give socket to group %d: %w", gid, err)
+	}
+	if err := os.Chmod(path, 0o660); err != nil {
+		return fmt.Errorf("make socket group-writable: %w", err)
+	}
+	return nil
+}
+
+// New resumes what an earlier driver left quiesced, locks and opens the
+// data directory, recovers from any interrupted operation and returns a
+// driver ready to serve. It fails while another driver, in this process or
+// another, has the directory open. Close releases it.
 func New(ctx context.Context, opts Options) (*Driver, error) {
 	if err := opts.Validate(); err != nil {
 		return nil, err
 	}
 	opts.DataDir = filepath.Clean(opts.DataDir)
-	for _, dir := range []string{volumesDir(opts.DataDir), snapshotsDir(opts.DataDir)} {
-		if err := os.MkdirAll(dir, 0o750); err != nil {
-			return nil, fmt.Errorf("create data dir: %w", err)
-		}
-	}
 	d := &Driver{
 		opts:     opts,
 		locks:    newIDLocks(),
 		copier:   copier{sync: opts.Sync},
 		now:      time.Now,
 		reserved: map[string]int64{},
+		quiesce:  newQuiescer(opts),
+	}
+	// First of all, whatever fails later: pods a killed driver left
+	// frozen must run again.
+	if err := d.quiesce.recover(ctx); err != nil {
+		klog.FromContext(ctx).Error(err, "Resuming what a previous driver left quiesced failed")
+	}
+	if opts.GroupSnapshotQuiesce && os.Geteuid() != 0 {
+		klog.FromContext(ctx).Info("Group snapshots are not quiesced: freezing the pods that use volumes needs root")
+		d.quiesce.enabled = false
+	}
+	for _, dir := range []string{volumesDir(opts.DataDir), snapshotsDir(opts.DataDir)} {
+		if err := os.MkdirAll(dir, 0o750); err != nil {
+			return nil, fmt.Errorf("create data dir: %w", err)
+		}
 	}
 	d.quarantine = &quarantine{
 		root: filepath.Join(opts.DataDir, quarantineDirName), sync: opts.Sync,
@@ -172,14 +201,6 @@ func New(ctx context.Context, opts Options) (*Driver, error) {
 func (d *Driver) open(ctx context.Context) error {
 	if err := d.openState(ctx); err != nil {
 		return err
-	}
-	d.quiesce = newQuiescer(d.opts)
-	if d.opts.GroupSnapshotQuiesce && os.Geteuid() != 0 {
-		klog.FromContext(ctx).Info("Group snapshots are not quiesced: finding and stopping the processes that use volumes needs root")
-		d.quiesce.enabled = false
-	}
-	if err := d.quiesce.recover(ctx); err != nil {
-		return fmt.Errorf("recover state: %w", err)
 	}
 	if err := d.recover(ctx); err != nil {
 		return fmt.Errorf("recover state: %w", err)
@@ -415,16 +436,7 @@ func removeData(path string) error {
 func (d *Driver) reserve(key string, bytes int64, except string) (func(), error) {
 	d.capMu.Lock()
 	defer d.capMu.Unlock()
-	used := int64(0)
-	for _, v := range d.volumes.List() {
-		// A reservation stands in for the record of a volume being made.
-		if _, ok := d.reserved[volumeKey(v.ID)]; !ok && v.ID != except {
-			used += v.CapacityBytes
-		}
-	}
-	for _, r := range d.reserved {
-		used += r
-	}
+	used := d.usedLocked(except)
 	if used+bytes > d.opts.Capacity {
 		return nil, status.Errorf(codes.ResourceExhausted, "%d bytes requested, %d of %d bytes free", bytes, d.opts.Capacity-used, d.opts.Capacity)
 	}
@@ -440,16 +452,30 @@ func (d *Driver) reserve(key string, bytes int64, except string) (func(), error)
 func (d *Driver) freeCapacity() int64 {
 	d.capMu.Lock()
 	defer d.capMu.Unlock()
+	return max(d.opts.Capacity-d.usedLocked(""), 0)
+}
+
+// usedLocked sums what counts against the capacity: every volume's size
+// but except's, every snapshot that holds data (as much as its volume's
+// size, the most it can hold; an empty one is a record only) and the
+// reservations, which stand in for the records of what is being made.
+// Called with capMu.
+func (d *Driver) usedLocked(except string) int64 {
 	used := int64(0)
 	for _, v := range d.volumes.List() {
-		if _, ok := d.reserved[volumeKey(v.ID)]; !ok {
+		if _, ok := d.reserved[volumeKey(v.ID)]; !ok && v.ID != except {
 			used += v.CapacityBytes
+		}
+	}
+	for _, s := range d.snapshots.List() {
+		if _, ok := d.reserved[snapshotKey(s.ID)]; !ok && !s.Empty {
+			used += s.SizeBytes
 		}
 	}
 	for _, r := range d.reserved {
 		used += r
 	}
-	return max(d.opts.Capacity-used, 0)
+	return used
 }
 
 // topology is the node's topology segment, or nil without topology.

@@ -1,19 +1,23 @@
+//go:build linux
+
 package hostpath
 
 import (
+	"crypto/rand"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"io/fs"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strconv"
 	"strings"
 
 	"golang.org/x/sys/unix"
 )
 
-// target is one thing quiescing stops and resumes: a cgroup it freezes or a
-// process it stops with SIGSTOP.
+// target is one thing quiescing stops and resumes: the cgroup of a pod.
 type target interface {
 	// key names the target; two sessions that find the same target share it.
 	key() string
@@ -30,14 +34,24 @@ type target interface {
 
 // heldRecord is a stopped target as the journal keeps it.
 type heldRecord struct {
-	// Kind is "cgroup2", "cgroup1" or "process".
+	// Kind is "cgroup2" or "cgroup1"; "process" records were written by
+	// drivers before 0.2, which stopped single processes too.
 	Kind string `json:"kind"`
-	// Dir is a cgroup's directory in the cgroup filesystem.
-	Dir string `json:"dir,omitempty"`
-	// PID and Start name a process.
+	// Dir is a cgroup's directory in the cgroup filesystem; Ino its inode
+	// when it was frozen, so that a new cgroup of the same name is left
+	// alone; Mark the token set on it as an extended attribute when the
+	// driver froze it ("" where the cgroup filesystem takes none).
+	Dir  string `json:"dir,omitempty"`
+	Ino  uint64 `json:"ino,omitempty"`
+	Mark string `json:"mark,omitempty"`
+	// PID and Start name a process (legacy "process" records).
 	PID   int    `json:"pid,omitempty"`
 	Start uint64 `json:"start,omitempty"`
 }
+
+// freezeMarkAttr is the extended attribute that marks a cgroup the driver
+// froze; its value is the token in the journal.
+const freezeMarkAttr = "trusted.shutter.frozen"
 
 // cgroupTarget freezes a cgroup: the freeze is invisible to its tasks and
 // covers the children they fork. Version 2 uses cgroup.freeze and
@@ -45,24 +59,44 @@ type heldRecord struct {
 type cgroupTarget struct {
 	version int
 	dir     string
+	// ino and mark are set by a successful stop.
+	ino  uint64
+	mark string
 }
 
-func (c cgroupTarget) key() string { return "cgroup" + strconv.Itoa(c.version) + ":" + c.dir }
+func (c *cgroupTarget) key() string { return "cgroup" + strconv.Itoa(c.version) + ":" + c.dir }
 
-func (c cgroupTarget) stop() (bool, error) {
-	file, freeze := "cgroup.freeze", "1"
+func (c *cgroupTarget) files() (state, frozen, thawed string) {
 	if c.version == 1 {
-		file, freeze = "freezer.state", "FROZEN"
+		return "freezer.state", "FROZEN", "THAWED"
+	}
+	return "cgroup.freeze", "1", "0"
+}
+
+// stop freezes the cgroup unless it is frozen already. Its inode and a
+// fresh mark are taken first, for the journal (record).
+func (c *cgroupTarget) stop() (bool, error) {
+	file, freeze, thaw := c.files()
+	var st unix.Stat_t
+	if err := unix.Stat(c.dir, &st); err != nil {
+		if errors.Is(err, unix.ENOENT) {
+			return false, nil // the pod has gone
+		}
+		return false, fmt.Errorf("freeze cgroup: %w", err)
 	}
 	cur, err := os.ReadFile(filepath.Join(c.dir, file))
 	if errors.Is(err, fs.ErrNotExist) {
-		return false, nil // removed since the scan, with its tasks
+		return false, nil
 	}
 	if err != nil {
 		return false, fmt.Errorf("freeze cgroup: %w", err)
 	}
-	if s := strings.TrimSpace(string(cur)); s != "0" && s != "THAWED" {
+	if s := strings.TrimSpace(string(cur)); s != thaw && s != "0" {
 		return false, nil
+	}
+	c.ino, c.mark = st.Ino, newMark()
+	if unix.Setxattr(c.dir, freezeMarkAttr, []byte(c.mark), 0) != nil {
+		c.mark = "" // a hierarchy without extended attributes
 	}
 	if err := os.WriteFile(filepath.Join(c.dir, file), []byte(freeze), 0); err != nil {
 		return false, fmt.Errorf("freeze cgroup: %w", err)
@@ -70,7 +104,13 @@ func (c cgroupTarget) stop() (bool, error) {
 	return true, nil
 }
 
-func (c cgroupTarget) stopped() (bool, error) {
+func newMark() string {
+	b := make([]byte, 8)
+	_, _ = rand.Read(b)
+	return hex.EncodeToString(b)
+}
+
+func (c *cgroupTarget) stopped() (bool, error) {
 	if c.version == 1 {
 		b, err := os.ReadFile(filepath.Join(c.dir, "freezer.state"))
 		return strings.TrimSpace(string(b)) == "FROZEN", err
@@ -84,121 +124,75 @@ func (c cgroupTarget) stopped() (bool, error) {
 	return false, err
 }
 
-func (c cgroupTarget) resume() error {
-	file, thaw := "cgroup.freeze", "0"
-	if c.version == 1 {
-		file, thaw = "freezer.state", "THAWED"
-	}
-	err := os.WriteFile(filepath.Join(c.dir, file), []byte(thaw), 0)
-	if errors.Is(err, fs.ErrNotExist) {
-		return nil // the cgroup is gone, and its tasks with it
+func (c *cgroupTarget) resume() error {
+	err := thawIfOurs(c.record())
+	if errors.Is(err, errNotOurs) {
+		return nil
 	}
 	return err
 }
 
-func (c cgroupTarget) record() heldRecord {
-	return heldRecord{Kind: "cgroup" + strconv.Itoa(c.version), Dir: c.dir}
+func (c *cgroupTarget) record() heldRecord {
+	return heldRecord{Kind: "cgroup" + strconv.Itoa(c.version), Dir: c.dir, Ino: c.ino, Mark: c.mark}
 }
 
-// signalTarget stops one process with SIGSTOP and resumes it with SIGCONT,
-// through a pidfd, so a signal never reaches another process that reused
-// the PID.
-type signalTarget struct {
-	proc  string
-	pid   int
-	start uint64
-	// pidfd is open from a successful stop until resume.
-	pidfd int
-}
+// errNotOurs says a journal's cgroup is no longer frozen by the driver:
+// gone, replaced by a new cgroup of the same name, thawed, or marked by
+// another freeze.
+var errNotOurs = errors.New("not frozen by this driver any more")
 
-func newSignalTarget(proc string, p process) *signalTarget {
-	return &signalTarget{proc: proc, pid: p.PID, start: p.Start, pidfd: -1}
-}
-
-func (s *signalTarget) key() string { return fmt.Sprintf("process:%d:%d", s.pid, s.start) }
-
-func (s *signalTarget) stop() (bool, error) {
-	fd, err := unix.PidfdOpen(s.pid, 0)
-	if errors.Is(err, unix.ESRCH) {
-		return false, nil // exited
+// thawIfOurs thaws the cgroup r names if it is still the cgroup the driver
+// froze (same inode, its mark) and still frozen, and removes the mark.
+func thawIfOurs(r heldRecord) error {
+	v, _ := strconv.Atoi(strings.TrimPrefix(r.Kind, "cgroup"))
+	c := &cgroupTarget{version: v, dir: r.Dir}
+	file, freeze, thaw := c.files()
+	var st unix.Stat_t
+	if err := unix.Stat(r.Dir, &st); err != nil {
+		if errors.Is(err, unix.ENOENT) {
+			return errNotOurs // gone, and its tasks with it
+		}
+		return fmt.Errorf("thaw cgroup %s: %w", r.Dir, err)
 	}
+	if r.Ino != 0 && st.Ino != r.Ino {
+		return errNotOurs
+	}
+	if r.Mark != "" {
+		buf := make([]byte, 64)
+		n, err := unix.Getxattr(r.Dir, freezeMarkAttr, buf)
+		if err != nil || string(buf[:n]) != r.Mark {
+			return errNotOurs
+		}
+	}
+	cur, err := os.ReadFile(filepath.Join(r.Dir, file))
 	if err != nil {
-		return false, fmt.Errorf("open pidfd of %d: %w", s.pid, err)
+		return fmt.Errorf("thaw cgroup %s: %w", r.Dir, err)
 	}
-	// The pidfd was opened after the scan: the process it names must
-	// still be the one the scan found.
-	st, err := readProcStat(filepath.Join(s.proc, strconv.Itoa(s.pid), "stat"))
-	if err != nil || st.start != s.start || st.state == 'T' || st.state == 't' {
-		_ = unix.Close(fd)
-		return false, nil
-	}
-	if err := unix.PidfdSendSignal(fd, unix.SIGSTOP, nil, 0); err != nil {
-		_ = unix.Close(fd)
-		if errors.Is(err, unix.ESRCH) {
-			return false, nil
-		}
-		return false, fmt.Errorf("stop process %d: %w", s.pid, err)
-	}
-	s.pidfd = fd
-	return true, nil
-}
-
-// stopped reports whether every thread is stopped, traced or dead. A
-// thread in the middle of a write finishes it first.
-func (s *signalTarget) stopped() (bool, error) {
-	tasks, err := os.ReadDir(filepath.Join(s.proc, strconv.Itoa(s.pid), "task"))
-	if errors.Is(err, fs.ErrNotExist) {
-		return true, nil
-	}
-	if err != nil {
-		return false, err
-	}
-	for _, t := range tasks {
-		st, err := readProcStat(filepath.Join(s.proc, strconv.Itoa(s.pid), "task", t.Name(), "stat"))
-		if errors.Is(err, fs.ErrNotExist) {
-			continue
-		}
-		if err != nil {
-			return false, err
-		}
-		if st.start != s.start && t.Name() == strconv.Itoa(s.pid) {
-			return true, nil // exited, PID reused
-		}
-		if !strings.ContainsRune("TtZX", rune(st.state)) {
-			return false, nil
+	if s := strings.TrimSpace(string(cur)); s == freeze {
+		if err := os.WriteFile(filepath.Join(r.Dir, file), []byte(thaw), 0); err != nil {
+			return fmt.Errorf("thaw cgroup %s: %w", r.Dir, err)
 		}
 	}
-	return true, nil
-}
-
-func (s *signalTarget) resume() error {
-	fd := s.pidfd
-	if fd < 0 {
-		return nil
-	}
-	s.pidfd = -1
-	defer func() { _ = unix.Close(fd) }()
-	if err := unix.PidfdSendSignal(fd, unix.SIGCONT, nil, 0); err != nil && !errors.Is(err, unix.ESRCH) {
-		return fmt.Errorf("resume process %d: %w", s.pid, err)
+	if r.Mark != "" {
+		_ = unix.Removexattr(r.Dir, freezeMarkAttr)
 	}
 	return nil
 }
 
-func (s *signalTarget) record() heldRecord {
-	return heldRecord{Kind: "process", PID: s.pid, Start: s.start}
-}
-
 // resumeRecord resumes what a journal record names, for a driver that
-// restarted while it was stopped. A cgroup found frozen is thawed; a
-// process is sent SIGCONT only if it is still the one stopped.
+// restarted while it was stopped: a cgroup only while it is still frozen
+// by the driver (thawIfOurs), a legacy process record's process only if it
+// is still the one stopped.
 func resumeRecord(proc string, r heldRecord) error {
 	switch r.Kind {
 	case "cgroup1", "cgroup2":
-		v, _ := strconv.Atoi(strings.TrimPrefix(r.Kind, "cgroup"))
-		return cgroupTarget{version: v, dir: r.Dir}.resume()
+		if err := thawIfOurs(r); err != nil && !errors.Is(err, errNotOurs) {
+			return err
+		}
+		return nil
 	case "process":
-		st, err := readProcStat(filepath.Join(proc, strconv.Itoa(r.PID), "stat"))
-		if err != nil || st.start != r.Start {
+		st, err := readProcStart(filepath.Join(proc, strconv.Itoa(r.PID), "stat"))
+		if err != nil || st != r.Start {
 			return nil // gone
 		}
 		if err := unix.Kill(r.PID, unix.SIGCONT); err != nil && !errors.Is(err, unix.ESRCH) {
@@ -209,143 +203,129 @@ func resumeRecord(proc string, r heldRecord) error {
 	return fmt.Errorf("unknown quiesce record kind %q", r.Kind)
 }
 
-// cgroupPlanner chooses how to stop each user: its own cgroup is frozen
-// when that cgroup (with its descendants, which a freeze covers too) holds
-// nothing but users, is not a hierarchy's root and holds neither the driver
-// nor PID 1; otherwise the process gets SIGSTOP. The unified hierarchy is
-// preferred to the v1 freezer.
-type cgroupPlanner struct {
-	proc string
-	// hier are the usable hierarchies: index 0 unified, 1 the v1 freezer.
-	hier [2]hierarchy
-}
-
-// hierarchy is a mounted cgroup hierarchy and the cgroups it must never
-// freeze.
-type hierarchy struct {
-	version int
-	mount   *mountEntry
-	protect []string
-}
-
-// newCgroupPlanner finds the cgroup mounts the driver sees and the cgroups
-// of the driver and PID 1. A hierarchy whose protected cgroups cannot be
-// read is not used.
-func newCgroupPlanner(proc string) cgroupPlanner {
-	p := cgroupPlanner{proc: proc, hier: [2]hierarchy{{version: 2}, {version: 1}}}
-	mounts, err := readMountInfo(filepath.Join(proc, "self", "mountinfo"))
+// readProcStart returns the start time (clock ticks after boot) in a
+// /proc/<pid>/stat file.
+func readProcStart(path string) (uint64, error) {
+	b, err := os.ReadFile(path)
 	if err != nil {
-		return p
+		return 0, err
 	}
-	for i, m := range mounts {
-		switch {
-		case m.FSType == "cgroup2":
-			p.hier[0].mount = &mounts[i]
-		case m.FSType == "cgroup" && hasController(m.SuperOptions, "freezer"):
-			p.hier[1].mount = &mounts[i]
-		}
+	// The command name may hold spaces and parentheses.
+	i := strings.LastIndexByte(string(b), ')')
+	if i < 0 {
+		return 0, fmt.Errorf("malformed %s", path)
 	}
-	self, err := os.Readlink(filepath.Join(proc, "self"))
-	if err != nil {
-		return cgroupPlanner{proc: proc}
+	f := strings.Fields(string(b[i+1:]))
+	if len(f) < 20 {
+		return 0, fmt.Errorf("malformed %s", path)
 	}
-	selfPID, _ := strconv.Atoi(self)
-	for _, pid := range []int{selfPID, 1} {
-		unified, freezer, err := procScan{proc: proc}.cgroups(pid)
-		if err != nil || unified == "" {
-			p.hier[0].mount = nil
-		}
-		if err != nil || freezer == "" {
-			p.hier[1].mount = nil
-		}
-		p.hier[0].protect = append(p.hier[0].protect, unified)
-		p.hier[1].protect = append(p.hier[1].protect, freezer)
-	}
-	return p
+	return strconv.ParseUint(f[19], 10, 64)
 }
 
-// plan returns the targets that stop every process in users.
-func (p cgroupPlanner) plan(users []process) []target {
-	isUser := map[int]bool{}
-	for _, u := range users {
-		isUser[u.PID] = true
+// podUIDPattern is the form of a pod's UID.
+var podUIDPattern = regexp.MustCompile(`^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$`)
+
+// podOfTarget returns the UID of the pod a kubelet publish target belongs
+// to: <kubelet>/pods/<uid>/volumes/... for a filesystem volume,
+// <kubelet>/plugins/kubernetes.io/csi/volumeDevices/publish/<pv>/<uid> for
+// a block volume.
+func podOfTarget(target string) (string, bool) {
+	parts := strings.Split(filepath.Clean(target), "/")
+	for i := 0; i+2 < len(parts); i++ {
+		if parts[i] == "pods" && parts[i+2] == "volumes" && podUIDPattern.MatchString(parts[i+1]) {
+			return parts[i+1], true
+		}
 	}
-	eligible := map[string]bool{}
+	n := len(parts)
+	if n >= 4 && parts[n-4] == "volumeDevices" && parts[n-3] == "publish" && podUIDPattern.MatchString(parts[n-1]) {
+		return parts[n-1], true
+	}
+	return "", false
+}
+
+// podCgroups finds the cgroups the kubelet made for pods, by pod UID, in
+// the cgroup filesystem at root: the unified hierarchy (cgroup v2), or the
+// folder holding the v1 hierarchies, of which the freezer is used. Only
+// the kubelet's own layouts are searched, for both cgroup drivers:
+// kubepods[/burstable|/besteffort]/pod<uid> (cgroupfs) and
+// kubepods.slice[/kubepods-<qos>.slice]/kubepods[-<qos>]-pod<uid_>.slice
+// (systemd).
+type podCgroups struct {
+	root string
+	// self is the driver's PID: a cgroup that holds it is never frozen.
+	self int
+}
+
+// kubepodsParents are the folders pod cgroups live in, below the root.
+var kubepodsParents = []string{
+	"kubepods", "kubepods/burstable", "kubepods/besteffort",
+	"kubepods.slice", "kubepods.slice/kubepods-burstable.slice", "kubepods.slice/kubepods-besteffort.slice",
+}
+
+// hierarchy returns the version and folder of the usable hierarchy.
+func (p podCgroups) hierarchy() (int, string, error) {
+	if _, err := os.Stat(filepath.Join(p.root, "cgroup.controllers")); err == nil {
+		return 2, p.root, nil
+	}
+	if freezer := filepath.Join(p.root, "freezer"); dirExists(freezer) {
+		return 1, freezer, nil
+	}
+	return 0, "", fmt.Errorf("no cgroup v2 hierarchy or v1 freezer at %s", p.root)
+}
+
+func dirExists(path string) bool {
+	st, err := os.Stat(path)
+	return err == nil && st.IsDir()
+}
+
+// find returns the cgroups of the pods uids that exist; pods without one
+// (ended, or on another node) are left out.
+func (p podCgroups) find(uids []string) ([]target, error) {
+	version, root, err := p.hierarchy()
+	if err != nil {
+		return nil, err
+	}
 	var out []target
-	seen := map[string]bool{}
-	for _, u := range users {
-		var t target = newSignalTarget(p.proc, u)
-		for i, path := range []string{u.Cgroup2, u.Freezer} {
-			h := p.hier[i]
-			dir, ok := h.dir(path)
-			if !ok {
-				continue
-			}
-			ok, known := eligible[dir]
-			if !known {
-				ok = subtreeOnly(dir, isUser)
-				eligible[dir] = ok
-			}
-			if ok {
-				t = cgroupTarget{version: h.version, dir: dir}
-				break
-			}
-		}
-		if !seen[t.key()] {
-			seen[t.key()] = true
-			out = append(out, t)
+	for _, uid := range uids {
+		if dir, ok := p.podDir(root, uid); ok {
+			out = append(out, &cgroupTarget{version: version, dir: dir})
 		}
 	}
-	return out
+	return out, nil
 }
 
-// dir is the directory of cgroup path in the hierarchy, if the hierarchy
-// is usable and the cgroup may be frozen.
-func (h hierarchy) dir(path string) (string, bool) {
-	// A cgroup outside the driver's cgroup namespace shows as "/../x".
-	if h.mount == nil || path == "/" || !filepath.IsAbs(path) || filepath.Clean(path) != path || strings.Contains(path, "/..") {
+// podDir finds the cgroup folder of pod uid below root, unless it holds
+// the driver itself.
+func (p podCgroups) podDir(root, uid string) (string, bool) {
+	if !podUIDPattern.MatchString(uid) {
 		return "", false
 	}
-	for _, q := range h.protect {
-		if pathWithin(q, path) {
-			return "", false
+	for _, parent := range kubepodsParents {
+		base := strings.TrimSuffix(filepath.Base(parent), ".slice")
+		for _, name := range []string{"pod" + uid, base + "-pod" + strings.ReplaceAll(uid, "-", "_") + ".slice"} {
+			dir := filepath.Join(root, parent, name)
+			if dirExists(dir) && !holdsPID(dir, p.self) {
+				return dir, true
+			}
 		}
 	}
-	if !pathWithin(path, h.mount.Root) || path == h.mount.Root {
-		return "", false
-	}
-	rel, err := filepath.Rel(h.mount.Root, path)
-	if err != nil {
-		return "", false
-	}
-	return filepath.Join(h.mount.MountPoint, rel), true
+	return "", false
 }
 
-// subtreeOnly reports whether every process in the cgroup at dir and its
-// descendants is in pids (and there is at least one).
-func subtreeOnly(dir string, pids map[int]bool) bool {
+// holdsPID reports whether the cgroup at dir or a descendant holds pid.
+func holdsPID(dir string, pid int) bool {
 	found := false
-	err := filepath.WalkDir(dir, func(path string, d fs.DirEntry, err error) error {
-		if err != nil {
-			return err
-		}
-		if !d.IsDir() {
+	_ = filepath.WalkDir(dir, func(path string, d fs.DirEntry, err error) error {
+		if err != nil || !d.IsDir() || found {
 			return nil
 		}
-		b, err := os.ReadFile(filepath.Join(path, "cgroup.procs"))
-		if err != nil {
-			return err
-		}
+		b, _ := os.ReadFile(filepath.Join(path, "cgroup.procs"))
 		for _, f := range strings.Fields(string(b)) {
-			pid, err := strconv.Atoi(f)
-			if err != nil || !pids[pid] {
-				return errNotOnlyUsers
+			if f == strconv.Itoa(pid) {
+				found = true
 			}
-			found = true
 		}
 		return nil
 	})
-	return err == nil && found
+	return found
 }
-
-var errNotOnlyUsers = errors.New("cgroup holds other processes")

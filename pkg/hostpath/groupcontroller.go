@@ -16,8 +16,8 @@ import (
 // groupControllerServer implements the CSI GroupController service.
 //
 // A group snapshot is cut while the driver holds the locks of every member
-// volume and, with Options.GroupSnapshotQuiesce, while the processes that
-// use the members are stopped, so that no workload write lands in one
+// volume and, with Options.GroupSnapshotQuiesce, while the pods the members
+// are published to are frozen, so that no workload write lands in one
 // member's copy and not in another's. All members are copied concurrently
 // and share one creation time.
 // Its member records are written first and the group record last; Recover
@@ -69,7 +69,7 @@ func (s *groupControllerServer) CreateVolumeGroupSnapshot(ctx context.Context, r
 		return nil, err
 	}
 	klog.FromContext(ctx).V(2).Info("Created group snapshot", "groupSnapshotID", gid, "volumes", sources,
-		"quiescedProcesses", quiesced.Processes, "stoppingTook", quiesced.Stopping, "frozenFor", quiesced.Frozen)
+		"quiescedPods", quiesced.Pods, "frozenCgroups", quiesced.Targets, "stoppingTook", quiesced.Stopping, "frozenFor", quiesced.Frozen)
 	return &csi.CreateVolumeGroupSnapshotResponse{GroupSnapshot: s.d.csiGroup(g)}, nil
 }
 
@@ -102,7 +102,7 @@ func memberID(gid, vol string) string { return deriveID(snapshotPrefix, "group m
 func (d *Driver) cutGroup(ctx context.Context, gid, name string, sources []string) (state.GroupSnapshot, quiesceResult, error) {
 	created := d.now().UTC()
 	members := make([]state.Snapshot, 0, len(sources))
-	paths := make([]string, 0, len(sources))
+	var pods []string
 	for _, v := range sources {
 		vol, err := d.lookupVolume("source_volume_ids", v)
 		if err != nil {
@@ -112,13 +112,14 @@ func (d *Driver) cutGroup(ctx context.Context, gid, name string, sources []strin
 			ID: memberID(gid, v), Name: name + "/" + v, SourceVolumeID: v, AccessType: vol.AccessType,
 			SizeBytes: vol.CapacityBytes, GroupSnapshotID: gid, Topology: vol.Topology, CreatedAt: created,
 		})
-		paths = append(paths, d.volumePath(v))
+		pods = append(pods, writingPods(vol)...)
 	}
 	jobs := make([]func() error, len(members))
 	for i, m := range members {
-		jobs[i] = func() error { return d.takeSnapshot(m) }
+		jobs[i] = func() error { return d.takeSnapshot(ctx, m) }
 	}
-	quiesced, errs, err := d.quiesce.run(ctx, paths, jobs)
+	slices.Sort(pods)
+	quiesced, errs, err := d.quiesce.run(ctx, gid, slices.Compact(pods), jobs)
 	g := state.GroupSnapshot{ID: gid, Name: name, SourceVolumeIDs: sources, CreatedAt: created}
 	for _, m := range members {
 		g.SnapshotIDs = append(g.SnapshotIDs, m.ID)
@@ -138,6 +139,18 @@ func (d *Driver) cutGroup(ctx context.Context, gid, name string, sources []strin
 		return state.GroupSnapshot{}, quiesced, status.Errorf(status.Code(err), "cut group snapshot: %v", status.Convert(err).Message())
 	}
 	return g, quiesced, nil
+}
+
+// writingPods returns the UIDs of the pods vol is published to read-write,
+// from the publish targets the kubelet gave the driver.
+func writingPods(vol state.Volume) []string {
+	var out []string
+	for target, readOnly := range vol.Published {
+		if uid, ok := podOfTarget(target); ok && !readOnly {
+			out = append(out, uid)
+		}
+	}
+	return out
 }
 
 func firstError(errs []error) error {

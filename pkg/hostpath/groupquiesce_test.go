@@ -11,6 +11,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -52,47 +53,43 @@ func TestCounterWriterProcess(t *testing.T) {
 	}
 }
 
+// testPodUID is the UID of the pod the test writers pose as.
+const testPodUID = "0d5f3c2a-7b1e-4c9d-8f6a-2e4b5c6d7e8f"
+
 // TestGroupSnapshotWhileWriting takes group snapshots of {A, B} while a
-// process in its own mount namespace, with both volumes bind mounted the
-// way a pod has them, writes the counters. A is padded so that its copy
-// takes long and reads the counter last: without quiescing, A's copy sees a
-// far later number than B's.
+// process in a pod's cgroup writes the counters through the volumes'
+// publish targets of that pod. A is padded so that its copy takes long and
+// reads the counter last: without quiescing, A's copy sees a far later
+// number than B's.
 func TestGroupSnapshotWhileWriting(t *testing.T) {
 	requireRoot(t)
-	if _, err := exec.LookPath("unshare"); err != nil {
-		t.Skip("needs unshare(1) to start the writer in a mount namespace of its own")
-	}
 	for _, tc := range []struct {
 		name string
-		// cgroup is the hierarchy the writer gets a cgroup of its own in,
-		// "" to leave it in the test's.
-		cgroup string
+		// hier is the cgroup hierarchy the test's kubepods tree is made in.
+		hier string
 		// forking makes the writer a shell loop that forks two processes
-		// per number: children appear between a scan and the stop.
+		// per number: the freeze must cover the children too.
 		forking bool
-		// want is the kind of target that must have stopped it.
-		want  string
-		snaps int
+		want    string
+		snaps   int
 	}{
-		{name: "signal", want: "process", snaps: 12},
-		{name: "forking writer", forking: true, want: "process", snaps: 8},
-		{name: "cgroup2", cgroup: "/sys/fs/cgroup/unified", want: "cgroup2", snaps: 8},
-		{name: "cgroup1 freezer", cgroup: "/sys/fs/cgroup/freezer", want: "cgroup1", snaps: 8},
+		{name: "cgroup2", hier: "/sys/fs/cgroup/unified", want: "cgroup2", snaps: 8},
+		{name: "cgroup2 forking writer", hier: "/sys/fs/cgroup/unified", forking: true, want: "cgroup2", snaps: 6},
+		{name: "cgroup1 freezer", hier: "/sys/fs/cgroup/freezer", want: "cgroup1", snaps: 8},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			cgroup := ""
-			if tc.cgroup != "" {
-				cgroup = newTestCgroup(t, tc.cgroup)
-			}
-			testGroupSnapshotWhileWriting(t, cgroup, tc.forking, tc.want, tc.snaps)
+			root, pod := newPodCgroup(t, tc.hier, testPodUID)
+			testGroupSnapshotWhileWriting(t, root, pod, tc.forking, tc.want, tc.snaps)
 		})
 	}
 }
 
-func testGroupSnapshotWhileWriting(t *testing.T, cgroup string, forking bool, want string, snaps int) {
+func testGroupSnapshotWhileWriting(t *testing.T, cgroupRoot, pod string, forking bool, want string, snaps int) {
 	// Without fsync: what is tested is one instant, and flushing every copy would load the disk
 	// of a machine that runs the control-plane tests beside this one.
-	e := newTestEnv(t, func(o *Options) { o.GroupSnapshotQuiesce = !*quiesceOff; o.Sync = false })
+	e := newTestEnv(t, func(o *Options) {
+		o.GroupSnapshotQuiesce, o.CgroupRoot, o.Sync = !*quiesceOff, cgroupRoot, false
+	})
 	kinds := recordTargets(e.d.quiesce)
 	a := e.createVolume(t, "a", 256<<20, mountCap()).GetVolumeId()
 	b := e.createVolume(t, "b", 1<<20, blockCap()).GetVolumeId()
@@ -104,10 +101,11 @@ func testGroupSnapshotWhileWriting(t *testing.T, cgroup string, forking bool, wa
 		t.Fatal(err)
 	}
 	e.writeAt(t, b, 0, []byte(fmt.Sprintf("%020d\n", 0)))
-	// Published as for a pod: the targets are mounts in the driver's (and
-	// here the host's) namespace, which must not count as users.
-	pubA, pubB := publish(t, e, a, mountCap()), publish(t, e, b, blockCap())
-	writer := startWriter(t, e, cgroup, forking, pubA, pubB)
+	// Published as the kubelet publishes for the pod.
+	kubelet := filepath.Join(e.dir, "kubelet")
+	pubA := publishAt(t, e, a, mountCap(), filepath.Join(kubelet, "pods", testPodUID, "volumes", "kubernetes.io~csi", "pv-a", "mount"))
+	pubB := publishAt(t, e, b, blockCap(), filepath.Join(kubelet, "plugins", "kubernetes.io", "csi", "volumeDevices", "publish", "pv-b", testPodUID))
+	startWriter(t, pod, forking, pubA, pubB)
 	readA := func() uint64 { return readCounter(t, filepath.Join(e.d.volumePath(a), "counter")) }
 	waitFor(t, "the writer to start", func() bool { return readA() > 0 })
 
@@ -140,24 +138,20 @@ func testGroupSnapshotWhileWriting(t *testing.T, cgroup string, forking bool, wa
 	if *quiesceOff {
 		return
 	}
-	// Each group snapshot scans at least twice: to stop, then to find
-	// nothing new.
-	if got := kinds(); len(got) != 1 || got[want] < 2*snaps {
-		t.Errorf("scans that found each kind of target = %v, want only %s, at least twice per group snapshot", got, want)
+	if got := kinds(); len(got) != 1 || got[want] != snaps {
+		t.Errorf("lookups that found each kind of target = %v, want only %s, once per group snapshot", got, want)
 	}
-	// Every stop was undone: the writer runs on.
+	// Every freeze was undone: the writer runs on.
 	last := readA()
 	waitFor(t, "the writer to run again", func() bool { return readA() > last })
-	if st, err := readProcStat(fmt.Sprintf("/proc/%d/stat", writer.Process.Pid)); err != nil || st.state == 'T' {
-		t.Errorf("writer state = %c, %v; want running", st.state, err)
+	if frozen(t, pod) {
+		t.Error("the pod's cgroup is still frozen")
 	}
 }
 
-// publish publishes vol at a target under e.dir and unpublishes it when
-// the test ends.
-func publish(t *testing.T, e *testEnv, vol string, c *csi.VolumeCapability) string {
+// publishAt publishes vol at target and unpublishes it when the test ends.
+func publishAt(t *testing.T, e *testEnv, vol string, c *csi.VolumeCapability, target string) string {
 	t.Helper()
-	target := filepath.Join(e.dir, "publish", vol)
 	if _, err := e.node.NodePublishVolume(context.Background(), &csi.NodePublishVolumeRequest{
 		VolumeId: vol, TargetPath: target, VolumeCapability: c,
 	}); err != nil {
@@ -171,14 +165,14 @@ func publish(t *testing.T, e *testEnv, vol string, c *csi.VolumeCapability) stri
 	return target
 }
 
-// recordTargets wraps q's scan and returns a function that reports in how
-// many scans each kind of target was found.
+// recordTargets wraps q's lookup and returns a function that reports in
+// how many lookups each kind of target was found.
 func recordTargets(q *quiescer) func() map[string]int {
 	var mu sync.Mutex
 	seen := map[string]int{}
 	find := q.find
-	q.find = func(paths []string) ([]target, int, error) {
-		targets, n, err := find(paths)
+	q.find = func(uids []string) ([]target, error) {
+		targets, err := find(uids)
 		kinds := map[string]bool{}
 		for _, tg := range targets {
 			kinds[tg.record().Kind] = true
@@ -188,7 +182,7 @@ func recordTargets(q *quiescer) func() map[string]int {
 		for k := range kinds {
 			seen[k]++
 		}
-		return targets, n, err
+		return targets, err
 	}
 	return func() map[string]int {
 		mu.Lock()
@@ -198,74 +192,113 @@ func recordTargets(q *quiescer) func() map[string]int {
 }
 
 // startWriter runs TestCounterWriterProcess (or with forking, a shell loop
-// doing the same with dd) in a new mount namespace with the published
-// volume a bind mounted on a directory and the block volume b on a file, as
-// a container runtime does, in cgroup if it is not "". It is killed when
-// the test ends.
-func startWriter(t *testing.T, e *testEnv, cgroup string, forking bool, volA, volB string) *exec.Cmd {
+// doing the same with dd) in the cgroup pod, writing through the publish
+// targets a and b. It is thawed and killed when the test ends.
+func startWriter(t *testing.T, pod string, forking bool, a, b string) {
 	t.Helper()
-	mntA, mntB := filepath.Join(e.dir, "mnt", "a"), filepath.Join(e.dir, "mnt", "b")
-	if err := os.MkdirAll(mntA, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(mntB, nil, 0o644); err != nil {
-		t.Fatal(err)
-	}
 	exe, err := os.Executable()
 	if err != nil {
 		t.Fatal(err)
 	}
 	script := `set -e
-[ -z "$6" ] || echo $$ > "$6/cgroup.procs"
-mount --bind "$1" "$3"
-mount --bind "$2" "$4"
-[ -n "$7" ] || exec "$5" -test.run='^TestCounterWriterProcess$'
+echo $$ > "$1/cgroup.procs"
+[ -n "$5" ] || exec "$4" -test.run='^TestCounterWriterProcess$'
 n=0
 while :; do
 	n=$((n+1))
-	printf '%020d\n' $n | dd of="$3/counter" conv=notrunc status=none
-	printf '%020d\n' $n | dd of="$4" conv=notrunc status=none
+	printf '%020d\n' $n | dd of="$2/counter" conv=notrunc status=none
+	printf '%020d\n' $n | dd of="$3" conv=notrunc status=none
 done`
 	fork := ""
 	if forking {
 		fork = "fork"
 	}
-	cmd := exec.Command("unshare", "--mount", "--propagation", "private", "sh", "-c", script, "sh", volA, volB, mntA, mntB, exe, cgroup, fork)
-	cmd.Env = append(os.Environ(), writerEnv+"="+filepath.Join(mntA, "counter")+":"+mntB)
+	cmd := exec.Command("sh", "-c", script, "sh", pod, a, b, exe, fork)
+	cmd.Env = append(os.Environ(), writerEnv+"="+filepath.Join(a, "counter")+":"+b)
 	cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() {
+		thaw(pod)
 		_ = cmd.Process.Kill()
 		_ = cmd.Wait()
+		// The forked dd processes of the shell loop are killed with the cgroup.
+		killCgroup(pod)
 	})
-	return cmd
 }
 
-// newTestCgroup makes a cgroup in the hierarchy mounted at root and
-// removes it when the test ends.
-func newTestCgroup(t *testing.T, root string) string {
+// newPodCgroup makes, in the hierarchy mounted at hier, a test folder
+// holding kubepods/pod<uid> as the kubelet's cgroupfs driver would, and
+// returns the root to give the driver (the test folder for v2, a folder
+// with a "freezer" link to it for v1) and the pod's cgroup. They are
+// removed when the test ends.
+func newPodCgroup(t *testing.T, hier, uid string) (root, pod string) {
 	t.Helper()
-	if _, err := os.Stat(filepath.Join(root, "cgroup.procs")); err != nil {
-		t.Skipf("no cgroup hierarchy at %s: %v", root, err)
+	if _, err := os.Stat(filepath.Join(hier, "cgroup.procs")); err != nil {
+		t.Skipf("no cgroup hierarchy at %s: %v", hier, err)
 	}
-	dir := filepath.Join(root, fmt.Sprintf("shutter-test-%d-%d", os.Getpid(), time.Now().UnixNano()))
-	if err := os.Mkdir(dir, 0o755); err != nil {
+	top := filepath.Join(hier, fmt.Sprintf("shutter-test-%d-%d", os.Getpid(), time.Now().UnixNano()))
+	pod = filepath.Join(top, "kubepods", "pod"+uid)
+	if err := os.MkdirAll(pod, 0o755); err != nil {
+		_ = os.Remove(filepath.Dir(pod))
+		_ = os.Remove(top)
 		t.Skipf("cannot make a cgroup: %v", err)
 	}
 	t.Cleanup(func() {
-		// The writer is killed by an earlier cleanup; its cgroup empties
-		// once it is reaped.
-		for range 100 {
-			if err := os.Remove(dir); err == nil {
-				return
-			}
-			time.Sleep(10 * time.Millisecond)
+		for _, dir := range []string{pod, filepath.Dir(pod), top} {
+			removeCgroup(t, dir)
 		}
-		t.Errorf("cgroup %s left behind", dir)
 	})
-	return dir
+	root = top
+	if _, err := os.Stat(filepath.Join(hier, "cgroup.controllers")); err != nil {
+		root = t.TempDir()
+		if err := os.Symlink(top, filepath.Join(root, "freezer")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return root, pod
+}
+
+// removeCgroup removes an empty cgroup, waiting for its last tasks to be
+// reaped.
+func removeCgroup(t *testing.T, dir string) {
+	for range 200 {
+		if err := os.Remove(dir); err == nil || os.IsNotExist(err) {
+			return
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	t.Errorf("cgroup %s left behind", dir)
+}
+
+// thaw thaws a test cgroup, whatever its version.
+func thaw(dir string) {
+	_ = os.WriteFile(filepath.Join(dir, "cgroup.freeze"), []byte("0"), 0)
+	_ = os.WriteFile(filepath.Join(dir, "freezer.state"), []byte("THAWED"), 0)
+}
+
+// frozen reports whether the test cgroup dir is frozen.
+func frozen(t *testing.T, dir string) bool {
+	t.Helper()
+	if b, err := os.ReadFile(filepath.Join(dir, "freezer.state")); err == nil {
+		return strings.TrimSpace(string(b)) != "THAWED"
+	}
+	b, err := os.ReadFile(filepath.Join(dir, "cgroup.freeze"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return strings.TrimSpace(string(b)) == "1"
+}
+
+// killCgroup kills every task left in the cgroup dir.
+func killCgroup(dir string) {
+	b, _ := os.ReadFile(filepath.Join(dir, "cgroup.procs"))
+	for _, f := range strings.Fields(string(b)) {
+		if pid, err := strconv.Atoi(f); err == nil {
+			_ = syscall.Kill(pid, syscall.SIGKILL)
+		}
+	}
 }
 
 func readCounter(t *testing.T, path string) uint64 {
@@ -294,52 +327,4 @@ func waitFor(t *testing.T, what string, ok func() bool) {
 		}
 	}
 	t.Fatalf("timed out waiting for %s", what)
-}
-
-// BenchmarkGroupSnapshotIdle measures what quiescing adds to a group
-// snapshot of two small volumes no process uses: one scan of /proc.
-func BenchmarkGroupSnapshotIdle(b *testing.B) {
-	for _, on := range []bool{false, true} {
-		b.Run(fmt.Sprintf("quiesce=%v", on), func(b *testing.B) {
-			e := newTestEnv(b, func(o *Options) { o.GroupSnapshotQuiesce = on })
-			var vols []string
-			for _, name := range []string{"a", "b"} {
-				v := e.createVolume(b, name, 1<<20, mountCap()).GetVolumeId()
-				if err := os.WriteFile(filepath.Join(e.d.volumePath(v), "data"), make([]byte, 64<<10), 0o644); err != nil {
-					b.Fatal(err)
-				}
-				vols = append(vols, v)
-			}
-			for i := 0; b.Loop(); i++ {
-				resp, err := e.group.CreateVolumeGroupSnapshot(context.Background(), &csi.CreateVolumeGroupSnapshotRequest{
-					Name: fmt.Sprintf("g%d", i), SourceVolumeIds: vols,
-				})
-				if err != nil {
-					b.Fatal(err)
-				}
-				b.StopTimer()
-				if _, err := e.group.DeleteVolumeGroupSnapshot(context.Background(), &csi.DeleteVolumeGroupSnapshotRequest{
-					GroupSnapshotId: resp.GetGroupSnapshot().GetGroupSnapshotId(),
-				}); err != nil {
-					b.Fatal(err)
-				}
-				b.StartTimer()
-			}
-		})
-	}
-}
-
-// BenchmarkProcScan measures one scan of /proc for the users of two
-// volumes, with and without the open file check.
-func BenchmarkProcScan(b *testing.B) {
-	paths := []string{b.TempDir(), b.TempDir()}
-	for _, files := range []bool{false, true} {
-		b.Run(fmt.Sprintf("files=%v", files), func(b *testing.B) {
-			for b.Loop() {
-				if _, err := (procScan{proc: "/proc", files: files}).users(paths); err != nil {
-					b.Fatal(err)
-				}
-			}
-		})
-	}
 }

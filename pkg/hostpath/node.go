@@ -300,23 +300,6 @@ func (s *nodeServer) NodeGetVolumeStats(_ context.Context, req *csi.NodeGetVolum
 	}}, nil
 }
 
-// diskUsage sums the allocated bytes of every file below root.
-func diskUsage(root string) (int64, error) {
-	var total int64
-	err := filepath.WalkDir(root, func(path string, d fs.DirEntry, err error) error {
-		if err != nil {
-			return err
-		}
-		var st unix.Stat_t
-		if err := unix.Lstat(path, &st); err != nil {
-			return err
-		}
-		total += st.Blocks * 512
-		return nil
-	})
-	return total, err
-}
-
 // NodeExpandVolume has nothing to resize on the node: the controller already
 // grew the backing file, and directories have no fixed size.
 func (s *nodeServer) NodeExpandVolume(_ context.Context, req *csi.NodeExpandVolumeRequest) (*csi.NodeExpandVolumeResponse, error) {

@@ -16,6 +16,9 @@ const DefaultDriverName = "hostpath.csi.shutter.dev"
 type Options struct {
 	// Endpoint is the Unix socket to serve CSI on, as unix:///path or a path.
 	Endpoint string
+	// SocketGroup, when not negative, owns the socket (mode 0660), so that
+	// sidecars running as that group, not as root, can connect.
+	SocketGroup int
 	// NodeID identifies this node; volumes are attached and published here.
 	NodeID string
 	// DriverName is reported by GetPluginInfo.
@@ -52,22 +55,28 @@ type Options struct {
 	// failure the volume is copied from its snapshot again, so no torn data
 	// is ever served (restore.go).
 	BackgroundRestoreSync bool
-	// GroupSnapshotQuiesce stops the processes that use a group snapshot's
-	// member volumes while the members are copied, so that the members
-	// show one instant even while workloads write (quiesce.go).
+	// GroupSnapshotQuiesce freezes the cgroups of the pods the driver
+	// published a group snapshot's member volumes to while the members are
+	// copied, so that the members show one instant even while workloads
+	// write (quiesce.go). Off by default.
 	GroupSnapshotQuiesce bool
-	// GroupSnapshotQuiesceTimeout bounds how long those processes stay
-	// stopped; a copy that takes longer fails and is retried.
+	// GroupSnapshotQuiesceTimeout bounds how long those pods stay frozen;
+	// a copy that takes longer fails and is retried, and fails for good
+	// after three timeouts in a row.
 	GroupSnapshotQuiesceTimeout time.Duration
 	// HTTPEndpoint is the TCP address /metrics is served on; empty serves
 	// nothing.
 	HTTPEndpoint string
+	// CgroupRoot is where the node's cgroup filesystem is mounted: the
+	// unified hierarchy, or the folder holding the v1 hierarchies.
+	CgroupRoot string
 }
 
 // DefaultOptions returns the defaults the command line starts from.
 func DefaultOptions() Options {
 	return Options{
 		Endpoint:          "unix:///csi/csi.sock",
+		SocketGroup:       -1,
 		DriverName:        DefaultDriverName,
 		Version:           "v0.1.0",
 		DataDir:           "/var/lib/csi-hostpath-data",
@@ -79,8 +88,9 @@ func DefaultOptions() Options {
 
 		BackgroundRestoreSync: true,
 
-		GroupSnapshotQuiesce:        true,
-		GroupSnapshotQuiesceTimeout: time.Minute,
+		GroupSnapshotQuiesce:        false,
+		GroupSnapshotQuiesceTimeout: 5 * time.Second,
+		CgroupRoot:                  "/sys/fs/cgroup",
 	}
 }
 

@@ -20,26 +20,33 @@ import (
 	"github.com/shutter-csi/shutter/pkg/hostpath/state"
 )
 
-// quiescer stops the processes that use a group snapshot's member volumes
+// quiescer freezes the pods that use a group snapshot's member volumes
 // while the members are copied, so that no write lands in one member's copy
-// and not in another's: the members show one instant.
+// and not in another's: the members show one instant. It is off unless
+// Options.GroupSnapshotQuiesce is set.
 //
 // Invariants:
-//   - Every stop is undone: when the copies end, when they fail or panic,
+//   - Only the cgroups of pods the driver itself published a member to
+//     (read-write) are frozen: their UIDs come from the members' recorded
+//     publish targets, never from a guess at who uses a folder.
+//   - Every freeze is undone: when the copies end, when they fail or panic,
 //     when the request is cancelled, when the driver stops serving, and at
-//     the latest Options.GroupSnapshotQuiesceTimeout after the first stop.
-//     What is stopped is written to a journal before it is stopped, and a
-//     restarted driver resumes whatever a killed one left stopped.
-//   - Nothing is stopped that the scan does not attribute to a member
-//     (procScan), and nothing someone else had stopped is resumed.
-//   - Sessions of concurrent group snapshots share what they stop: a
-//     target is resumed when the last session holding it ends.
+//     the latest Options.GroupSnapshotQuiesceTimeout after the first one.
+//     What is frozen is written to a journal before it is frozen; a
+//     restarted driver reads the journal before anything else and thaws
+//     what a killed one left frozen, if it is still frozen by the driver
+//     (same cgroup, the driver's mark). A thaw that fails stays in the
+//     journal and is tried again (at the next group snapshot and start).
+//   - Nothing someone else had frozen is thawed.
+//   - Sessions of concurrent group snapshots share what they freeze: a
+//     target is thawed when the last session holding it ends.
+//   - A group snapshot whose freeze timed out maxQuiesceTimeouts times in a
+//     row fails for good (FailedPrecondition), not retried forever.
 type quiescer struct {
 	enabled bool
 	timeout time.Duration
-	// find returns the targets that stop every process using paths and the
-	// number of those processes; tests replace it.
-	find func(paths []string) ([]target, int, error)
+	// find returns the targets that stop the pods uids; tests replace it.
+	find func(uids []string) ([]target, error)
 	// journal is the file that lists what is stopped.
 	journal string
 	proc    string
@@ -47,6 +54,11 @@ type quiescer struct {
 	mu       sync.Mutex
 	held     map[string]*heldTarget
 	sessions map[*quiesceSession]bool
+	// pending are journal records whose resume failed; they stay in the
+	// journal until a retry succeeds.
+	pending []heldRecord
+	// timeouts counts the timeouts in a row of each group snapshot.
+	timeouts map[string]int
 }
 
 type heldTarget struct {
@@ -55,56 +67,54 @@ type heldTarget struct {
 	ours bool
 }
 
-// maxQuiesceRounds bounds the scans that look for processes forked
-// between a scan and the stop.
-const maxQuiesceRounds = 10
+// maxQuiesceTimeouts is how many timeouts in a row make a group snapshot's
+// failure final.
+const maxQuiesceTimeouts = 3
 
-// newQuiescer returns the driver's quiescer; it scans /proc.
+// newQuiescer returns the driver's quiescer; it finds pod cgroups below
+// Options.CgroupRoot.
 func newQuiescer(opts Options) *quiescer {
-	q := &quiescer{
+	return &quiescer{
 		enabled: opts.GroupSnapshotQuiesce, timeout: opts.GroupSnapshotQuiesceTimeout,
 		journal: quiesceJournal(opts.DataDir), proc: "/proc",
-		held: map[string]*heldTarget{}, sessions: map[*quiesceSession]bool{},
+		held: map[string]*heldTarget{}, sessions: map[*quiesceSession]bool{}, timeouts: map[string]int{},
+		find: podCgroups{root: opts.CgroupRoot, self: os.Getpid()}.find,
 	}
-	scan := procScan{proc: q.proc, files: true}
-	q.find = func(paths []string) ([]target, int, error) {
-		users, err := scan.users(paths)
-		if err != nil || len(users) == 0 {
-			return nil, 0, err
-		}
-		return newCgroupPlanner(q.proc).plan(users), len(users), nil
-	}
-	return q
 }
 
 func quiesceJournal(dataDir string) string { return filepath.Join(dataDir, "state", "quiesced.json") }
 
 // quiesceResult is what a quiesced run stopped, and for how long.
 type quiesceResult struct {
-	Processes int
-	Targets   int
+	// Pods is the number of pods asked for, Targets the cgroups frozen.
+	Pods    int
+	Targets int
 	// Stopping is the time from the first scan until every process was
 	// stopped; Frozen the time from the first stop to the resume.
 	Stopping time.Duration
 	Frozen   time.Duration
 }
 
-// run runs jobs concurrently while every process that uses paths is
-// stopped, and resumes them as soon as the jobs end. It returns the jobs'
-// errors, and err when the processes could not be stopped or had to be
-// resumed before the jobs ended (timeout, ctx), so that the jobs' results
-// do not show one instant. A panicking job resumes the processes at once;
-// run then panics with its value once the other jobs are done.
-func (q *quiescer) run(ctx context.Context, paths []string, jobs []func() error) (res quiesceResult, errs []error, err error) {
-	if !q.enabled {
+// run runs jobs concurrently while the pods uids are frozen, and thaws
+// them as soon as the jobs end. It returns the jobs' errors, and err when
+// the pods could not be frozen or had to be thawed before the jobs ended
+// (timeout, ctx), so that the jobs' results do not show one instant. key
+// names the group snapshot, for counting its timeouts. A panicking job
+// thaws the pods at once; run then panics with its value once the other
+// jobs are done.
+func (q *quiescer) run(ctx context.Context, key string, uids []string, jobs []func() error) (res quiesceResult, errs []error, err error) {
+	if !q.enabled || len(uids) == 0 {
 		errs, p := runJobs(jobs, func() {})
 		rethrow(p)
 		return res, errs, nil
 	}
+	q.retryPending(ctx)
 	s := q.newSession(ctx)
 	defer func() { res.Frozen = s.end("the group snapshot failed") }()
+	defer func() { err = q.countTimeout(key, s, err) }()
 	begin := time.Now()
-	if res.Processes, err = s.stopUsers(ctx, paths); err != nil {
+	res.Pods = len(uids)
+	if err = s.stopUsers(ctx, uids); err != nil {
 		return res, nil, err
 	}
 	res.Stopping = time.Since(begin)
@@ -116,11 +126,36 @@ func (q *quiescer) run(ctx context.Context, paths []string, jobs []func() error)
 		if ctx.Err() != nil {
 			return res, errs, status.FromContextError(ctx.Err()).Err()
 		}
-		return res, errs, status.Errorf(codes.Unavailable, "writers of the volumes were resumed after %v (%s) before the copy finished; "+
+		return res, errs, status.Errorf(codes.Unavailable, "the volumes' pods were thawed after %v (%s) before the copy finished; "+
 			"the copies would not show one instant (see --group-snapshot-quiesce-timeout)", res.Frozen.Round(time.Millisecond), reason)
 	}
 	return res, errs, nil
 }
+
+// countTimeout counts a run of group snapshot key that ended by the
+// timeout, and turns err into a final FailedPrecondition after
+// maxQuiesceTimeouts in a row. Any other end resets the count.
+func (q *quiescer) countTimeout(key string, s *quiesceSession, err error) error {
+	s.mu.Lock()
+	timedOut := s.reason == reasonTimeout
+	s.mu.Unlock()
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if !timedOut || err == nil {
+		delete(q.timeouts, key)
+		return err
+	}
+	q.timeouts[key]++
+	if n := q.timeouts[key]; n >= maxQuiesceTimeouts {
+		delete(q.timeouts, key)
+		return status.Errorf(codes.FailedPrecondition, "the group snapshot's copies did not finish within the quiesce timeout of %v in %d attempts "+
+			"(raise --group-snapshot-quiesce-timeout, or take it without quiescing): %s", q.timeout, n, status.Convert(err).Message())
+	}
+	return err
+}
+
+// reasonTimeout is the reason of a session ended by its timeout.
+const reasonTimeout = "quiesce timeout"
 
 // jobPanic is a panic caught in a job, with the job's stack.
 type jobPanic struct {
@@ -178,31 +213,30 @@ func (q *quiescer) newSession(ctx context.Context) *quiesceSession {
 	return s
 }
 
-// stopUsers stops every process that uses paths and waits until all are
-// stopped, scanning again until a scan finds nothing new (a process may
-// fork between a scan and the stop). It returns how many processes use
-// paths.
-func (s *quiesceSession) stopUsers(ctx context.Context, paths []string) (int, error) {
-	for range maxQuiesceRounds {
-		if err := ctx.Err(); err != nil {
-			return 0, status.FromContextError(err).Err()
-		}
-		targets, n, err := s.q.find(paths)
-		if err != nil {
-			return 0, status.Errorf(codes.Internal, "find the volumes' writers: %v", err)
-		}
-		fresh, err := s.hold(ctx, targets)
-		if err != nil {
-			return 0, err
-		}
-		if fresh == 0 {
-			return n, nil
-		}
-		if err := s.waitStopped(ctx); err != nil {
-			return 0, err
-		}
+// stopUsers freezes the cgroups of the pods uids and waits until every
+// task in them has stopped. A freeze covers what the pods fork later.
+func (s *quiesceSession) stopUsers(ctx context.Context, uids []string) error {
+	if err := ctx.Err(); err != nil {
+		return status.FromContextError(err).Err()
 	}
-	return 0, status.Errorf(codes.Unavailable, "processes using the volumes kept appearing after %d scans", maxQuiesceRounds)
+	targets, err := s.q.find(uids)
+	if err != nil {
+		return status.Errorf(codes.Internal, "find the cgroups of the volumes' pods: %v", err)
+	}
+	fresh, err := s.hold(ctx, targets)
+	if err != nil || fresh == 0 {
+		return err
+	}
+	if err := s.waitStopped(ctx); err != nil {
+		return err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.ended {
+		// Thawed while waiting: the targets no longer count as held.
+		return s.cutShort(ctx, s.reason)
+	}
+	return nil
 }
 
 // hold stops the targets this session does not hold yet and returns how
@@ -237,7 +271,7 @@ func (s *quiesceSession) watch(ctx context.Context) {
 	defer timer.Stop()
 	select {
 	case <-timer.C:
-		s.end("quiesce timeout")
+		s.end(reasonTimeout)
 	case <-ctx.Done():
 		s.end("request cancelled")
 	case <-s.done:
@@ -297,10 +331,10 @@ func (s *quiesceSession) end(reason string) time.Duration {
 		s.frozen = time.Since(s.started)
 	}
 	if err != nil {
-		s.logger.Error(err, "Resuming quiesced processes failed", "targets", len(s.keys))
+		s.logger.Error(err, "Thawing quiesced pods failed", "targets", len(s.keys))
 	}
 	if s.reason != "" && len(s.keys) > 0 {
-		s.logger.Info("Resumed quiesced processes before the copy finished", "reason", s.reason,
+		s.logger.Info("Thawed quiesced pods before the copy finished", "reason", s.reason,
 			"targets", len(s.keys), "frozenFor", s.frozen, "limit", s.q.timeout)
 	}
 	return s.frozen
@@ -322,7 +356,11 @@ func (q *quiescer) acquire(t target) error {
 	}
 	ours, err := t.stop()
 	h.ours = ours
-	return err
+	if err != nil || !ours {
+		return err
+	}
+	// Again, with what identifies the freeze as the driver's (record).
+	return q.writeJournal()
 }
 
 func (q *quiescer) stopped(key string) (bool, error) {
@@ -378,13 +416,13 @@ func (q *quiescer) endAll() {
 // none is held. A driver crash keeps the page cache, and a power failure
 // leaves no process stopped, so it is not flushed. Called with q.mu.
 func (q *quiescer) writeJournal() error {
-	if len(q.held) == 0 {
+	if len(q.held) == 0 && len(q.pending) == 0 {
 		if err := os.Remove(q.journal); err != nil && !errors.Is(err, fs.ErrNotExist) {
 			return fmt.Errorf("remove quiesce journal: %w", err)
 		}
 		return nil
 	}
-	recs := make([]heldRecord, 0, len(q.held))
+	recs := slices.Clone(q.pending)
 	for _, h := range q.held {
 		recs = append(recs, h.t.record())
 	}
@@ -398,8 +436,11 @@ func (q *quiescer) writeJournal() error {
 	return nil
 }
 
-// recover resumes what the journal of a driver that died while quiescing
-// lists, then removes the journal.
+// recover thaws what the journal of a driver that died while quiescing
+// lists. It runs first at start, before the data folder is locked and the
+// state read, so that no failure there leaves pods frozen. A record that
+// cannot be resumed is logged and kept in the journal for retryPending;
+// the others are dropped from it.
 func (q *quiescer) recover(ctx context.Context) error {
 	b, err := os.ReadFile(q.journal)
 	if errors.Is(err, fs.ErrNotExist) {
@@ -412,12 +453,32 @@ func (q *quiescer) recover(ctx context.Context) error {
 	if err := json.Unmarshal(b, &recs); err != nil {
 		return fmt.Errorf("read quiesce journal: %w", err)
 	}
-	logger := klog.FromContext(ctx)
-	for _, r := range recs {
-		logger.Info("Resuming processes a previous driver left quiesced", "target", r)
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	q.pending = recs
+	return q.resumePending(klog.FromContext(ctx))
+}
+
+// retryPending tries the resumes that failed before again.
+func (q *quiescer) retryPending(ctx context.Context) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if len(q.pending) > 0 {
+		_ = q.resumePending(klog.FromContext(ctx))
+	}
+}
+
+// resumePending resumes every pending record, keeps those that fail and
+// rewrites the journal. Called with q.mu.
+func (q *quiescer) resumePending(logger klog.Logger) error {
+	var failed []heldRecord
+	for _, r := range q.pending {
+		logger.Info("Resuming what a previous group snapshot left quiesced", "target", r)
 		if err := resumeRecord(q.proc, r); err != nil {
-			return err
+			logger.Error(err, "Resuming quiesced target failed; it stays in the journal and is tried again", "target", r)
+			failed = append(failed, r)
 		}
 	}
-	return os.Remove(q.journal)
+	q.pending = failed
+	return q.writeJournal()
 }

@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -91,26 +90,20 @@ func (f fakeTarget) resume() error {
 
 func (f fakeTarget) record() heldRecord { return heldRecord{Kind: "fake", Dir: f.name} }
 
-// newFakeQuiescer returns an enabled quiescer whose scans find the named
-// targets of rounds in turn (the last one again and again).
-func newFakeQuiescer(t *testing.T, w *fakeWorld, timeout time.Duration, rounds ...[]string) *quiescer {
+// newFakeQuiescer returns an enabled quiescer that finds one fake target
+// per pod UID, named as the UID.
+func newFakeQuiescer(t *testing.T, w *fakeWorld, timeout time.Duration) *quiescer {
 	dir := t.TempDir()
 	if err := os.MkdirAll(filepath.Join(dir, "state"), 0o755); err != nil {
 		t.Fatal(err)
 	}
 	q := newQuiescer(Options{DataDir: dir, GroupSnapshotQuiesce: true, GroupSnapshotQuiesceTimeout: timeout})
-	var mu sync.Mutex
-	scans := 0
-	q.find = func([]string) ([]target, int, error) {
-		mu.Lock()
-		defer mu.Unlock()
-		names := rounds[min(scans, len(rounds)-1)]
-		scans++
+	q.find = func(uids []string) ([]target, error) {
 		var out []target
-		for _, n := range names {
+		for _, n := range uids {
 			out = append(out, fakeTarget{w: w, name: n})
 		}
-		return out, len(names), nil
+		return out, nil
 	}
 	return q
 }
@@ -119,9 +112,7 @@ func TestQuiesceStopsThenCopiesThenResumes(t *testing.T) {
 	_, ctx := ktesting.NewTestContext(t)
 	w := newFakeWorld()
 	w.slow["a"] = 3
-	// The first scan finds a; the second finds b, forked meanwhile; the
-	// third finds nothing new.
-	q := newFakeQuiescer(t, w, time.Minute, []string{"a"}, []string{"a", "b"})
+	q := newFakeQuiescer(t, w, time.Minute)
 	var during []string
 	job := func() error {
 		if !w.isStopped("a") || !w.isStopped("b") {
@@ -131,11 +122,11 @@ func TestQuiesceStopsThenCopiesThenResumes(t *testing.T) {
 		during = append(during, string(b))
 		return err
 	}
-	res, errs, err := q.run(ctx, []string{"/v"}, []func() error{job})
+	res, errs, err := q.run(ctx, "g", []string{"a", "b"}, []func() error{job})
 	if err != nil || firstError(errs) != nil {
 		t.Fatalf("run = %v, %v", errs, err)
 	}
-	if res.Processes != 2 || res.Targets != 2 || res.Frozen <= 0 {
+	if res.Pods != 2 || res.Targets != 2 || res.Frozen <= 0 {
 		t.Fatalf("result = %+v", res)
 	}
 	if got, want := w.log(), []string{"stop a", "stop b", "resume a", "resume b"}; !slices.Equal(got, want) {
@@ -161,7 +152,6 @@ func TestQuiesceAlwaysResumes(t *testing.T) {
 		// cancelled cancels the request before run.
 		cancelled bool
 		timeout   time.Duration
-		rounds    [][]string
 		wantCode  codes.Code
 		wantJob   bool // the job's own error is returned
 		panics    bool
@@ -180,13 +170,6 @@ func TestQuiesceAlwaysResumes(t *testing.T) {
 		{name: "a stop fails", stopErr: true, wantCode: codes.Internal, noCopy: true},
 		{name: "a writer never stops", neverStops: true, timeout: 50 * time.Millisecond, wantCode: codes.Unavailable, noCopy: true},
 		{name: "request cancelled before", cancelled: true, wantCode: codes.Canceled, noCopy: true},
-		{name: "processes keep appearing", wantCode: codes.Unavailable, noCopy: true, rounds: func() [][]string {
-			var r [][]string
-			for i := range maxQuiesceRounds + 1 {
-				r = append(r, []string{"a", fmt.Sprintf("child%d", i)})
-			}
-			return r
-		}()},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			_, ctx := ktesting.NewTestContext(t)
@@ -202,11 +185,7 @@ func TestQuiesceAlwaysResumes(t *testing.T) {
 			if tc.cancelled {
 				cancel()
 			}
-			rounds := tc.rounds
-			if rounds == nil {
-				rounds = [][]string{{"a", "b"}}
-			}
-			q := newFakeQuiescer(t, w, orDefault(tc.timeout, time.Minute), rounds...)
+			q := newFakeQuiescer(t, w, orDefault(tc.timeout, time.Minute))
 			ran := false
 			jobs := []func() error{func() error {
 				ran = true
@@ -217,7 +196,7 @@ func TestQuiesceAlwaysResumes(t *testing.T) {
 			}}
 			var errs []error
 			var err error
-			panicked := catchPanic(func() { _, errs, err = q.run(ctx, []string{"/v"}, jobs) })
+			panicked := catchPanic(func() { _, errs, err = q.run(ctx, "g", []string{"a", "b"}, jobs) })
 			if w.anyStopped() {
 				t.Fatalf("still stopped after run returned (events %v)", w.log())
 			}
@@ -268,11 +247,11 @@ func catchPanic(f func()) (v any) {
 func TestQuiescePanicResumesBeforeOtherCopiesEnd(t *testing.T) {
 	_, ctx := ktesting.NewTestContext(t)
 	w := newFakeWorld()
-	q := newFakeQuiescer(t, w, time.Minute, []string{"a"})
+	q := newFakeQuiescer(t, w, time.Minute)
 	var slowErr error
 	slow := func() error { slowErr = waitResumed(w); return slowErr }
 	panicky := func() error { panic("boom") }
-	if v := catchPanic(func() { _, _, _ = q.run(ctx, nil, []func() error{slow, panicky}) }); v == nil {
+	if v := catchPanic(func() { _, _, _ = q.run(ctx, "g", []string{"a"}, []func() error{slow, panicky}) }); v == nil {
 		t.Fatal("the panic was swallowed")
 	}
 	if slowErr != nil {
@@ -283,18 +262,18 @@ func TestQuiescePanicResumesBeforeOtherCopiesEnd(t *testing.T) {
 func TestQuiesceSessionsShareTargets(t *testing.T) {
 	_, ctx := ktesting.NewTestContext(t)
 	w := newFakeWorld()
-	q := newFakeQuiescer(t, w, time.Minute, []string{"shared"})
+	q := newFakeQuiescer(t, w, time.Minute)
 	firstStopped, secondDone := make(chan struct{}), make(chan struct{})
 	var wg sync.WaitGroup
 	wg.Go(func() {
-		_, _, _ = q.run(ctx, nil, []func() error{func() error {
+		_, _, _ = q.run(ctx, "g1", []string{"shared"}, []func() error{func() error {
 			close(firstStopped)
 			<-secondDone
 			return nil
 		}})
 	})
 	<-firstStopped
-	_, _, err := q.run(ctx, nil, []func() error{func() error { return nil }})
+	_, _, err := q.run(ctx, "g2", []string{"shared"}, []func() error{func() error { return nil }})
 	stillStopped := w.isStopped("shared")
 	close(secondDone)
 	wg.Wait()
@@ -309,8 +288,8 @@ func TestQuiesceSessionsShareTargets(t *testing.T) {
 func TestQuiesceDisabledDoesNotScan(t *testing.T) {
 	_, ctx := ktesting.NewTestContext(t)
 	q := newQuiescer(Options{GroupSnapshotQuiesce: false})
-	q.find = func([]string) ([]target, int, error) { return nil, 0, errors.New("scanned") }
-	res, errs, err := q.run(ctx, []string{"/v"}, []func() error{func() error { return nil }})
+	q.find = func([]string) ([]target, error) { return nil, errors.New("scanned") }
+	res, errs, err := q.run(ctx, "g", []string{"a"}, []func() error{func() error { return nil }})
 	if err != nil || firstError(errs) != nil || res != (quiesceResult{}) {
 		t.Fatalf("run = %+v, %v, %v", res, errs, err)
 	}
@@ -319,65 +298,10 @@ func TestQuiesceDisabledDoesNotScan(t *testing.T) {
 func TestQuiesceEndAll(t *testing.T) {
 	_, ctx := ktesting.NewTestContext(t)
 	w := newFakeWorld()
-	q := newFakeQuiescer(t, w, time.Minute, []string{"a"})
-	_, _, err := q.run(ctx, nil, []func() error{func() error {
+	q := newFakeQuiescer(t, w, time.Minute)
+	_, _, err := q.run(ctx, "g", []string{"a"}, []func() error{func() error {
 		q.endAll() // the driver stops serving mid-copy
 		return waitResumed(w)
 	}})
 	wantCode(t, err, codes.Unavailable)
-}
-
-// TestSignalTargetAndRecover stops a real process by signal, then lets a
-// "restarted driver" resume it from the journal.
-func TestSignalTargetAndRecover(t *testing.T) {
-	cmd := exec.Command("sleep", "60")
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
-	scan := procScan{proc: "/proc"}
-	p, err := scan.describe(cmd.Process.Pid)
-	if err != nil {
-		t.Fatal(err)
-	}
-	stale := newSignalTarget("/proc", process{PID: p.PID, Start: p.Start + 1})
-	if ours, err := stale.stop(); ours || err != nil {
-		t.Fatalf("stop of a reused PID = %v, %v; want no signal", ours, err)
-	}
-	tg := newSignalTarget("/proc", p)
-	if ours, err := tg.stop(); !ours || err != nil {
-		t.Fatalf("stop = %v, %v", ours, err)
-	}
-	waitFor(t, "the process to stop", func() bool { ok, err := tg.stopped(); return ok && err == nil })
-	if ours, _ := newSignalTarget("/proc", p).stop(); ours {
-		t.Fatal("a process stopped already counted as ours")
-	}
-
-	dir := t.TempDir()
-	if err := os.MkdirAll(filepath.Join(dir, "state"), 0o755); err != nil {
-		t.Fatal(err)
-	}
-	cgroup := t.TempDir()
-	if err := os.WriteFile(filepath.Join(cgroup, "cgroup.freeze"), []byte("1"), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	q := newQuiescer(Options{DataDir: dir})
-	recs, _ := json.Marshal([]heldRecord{tg.record(), {Kind: "cgroup2", Dir: cgroup}, {Kind: "cgroup1", Dir: filepath.Join(dir, "gone")}})
-	if err := os.WriteFile(q.journal, recs, 0o644); err != nil {
-		t.Fatal(err)
-	}
-	_, ctx := ktesting.NewTestContext(t)
-	if err := q.recover(ctx); err != nil {
-		t.Fatal(err)
-	}
-	waitFor(t, "the process to run again", func() bool {
-		st, err := scan.stat(p.PID)
-		return err == nil && st.state != 'T'
-	})
-	if b, _ := os.ReadFile(filepath.Join(cgroup, "cgroup.freeze")); string(b) != "0" {
-		t.Fatalf("cgroup.freeze = %q after recover, want thawed", b)
-	}
-	if _, err := os.Stat(q.journal); !errors.Is(err, os.ErrNotExist) {
-		t.Fatalf("journal left: %v", err)
-	}
 }

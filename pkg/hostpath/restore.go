@@ -10,6 +10,7 @@ import (
 	"strings"
 	"sync"
 
+	"golang.org/x/sys/unix"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	"k8s.io/klog/v2"
@@ -219,22 +220,52 @@ func waitFlush(ctx context.Context, p *pendingFlush) error {
 // drain waits for every flush in progress.
 func (r *restoreSyncer) drain() { r.wg.Wait() }
 
-// syncTree fsyncs a regular file, or every file and directory of a tree.
+// syncTree fsyncs a regular file, or every file and directory of a tree,
+// opening each entry as beneath.go describes.
 func syncTree(root string) error {
-	return filepath.WalkDir(root, func(path string, d fs.DirEntry, err error) error {
-		if err != nil {
+	f, st, err := openRoot(root, unix.O_RDONLY)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	if isDirMode(st.Mode) {
+		if err := syncDirTree(int(f.Fd()), 0); err != nil {
 			return err
 		}
-		if !d.IsDir() && !d.Type().IsRegular() {
-			return nil
+	}
+	return f.Sync()
+}
+
+// syncDirTree fsyncs the files and directories below the directory fd.
+func syncDirTree(fd, depth int) error {
+	if depth >= maxTreeDepth {
+		return fmt.Errorf("the tree is more than %d levels deep", maxTreeDepth)
+	}
+	entries, err := listDir(fd)
+	if err != nil {
+		return err
+	}
+	for _, l := range entries {
+		var f *os.File
+		switch l.kind() {
+		case unix.S_IFDIR:
+			f, _, err = openListedDir(fd, l)
+			if err == nil {
+				err = syncDirTree(int(f.Fd()), depth+1)
+			}
+		case unix.S_IFREG:
+			f, _, err = openListedFile(fd, l, unix.O_RDONLY)
+		default:
+			continue
 		}
-		f, err := os.Open(path)
-		if err != nil {
+		if f != nil {
+			err = errors.Join(err, f.Sync(), f.Close())
+		}
+		if err != nil && !errors.Is(err, errChanged) {
 			return err
 		}
-		defer f.Close()
-		return f.Sync()
-	})
+	}
+	return nil
 }
 
 // recoverRestores finishes restores whose data was not flushed when the

@@ -2,12 +2,15 @@ package hostpath
 
 import (
 	"context"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/container-storage-interface/spec/lib/go/csi"
 	"github.com/go-logr/logr/funcr"
+	"golang.org/x/sys/unix"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -70,4 +73,30 @@ func TestCloseWaitsForHandlers(t *testing.T) {
 	case <-time.After(10 * time.Second):
 		t.Fatal("Close did not return after the handler ended")
 	}
+}
+
+// TestRunSharesSocketWithGroup: with SocketGroup the socket belongs to that
+// group with mode 0660, so sidecars that run as that group, not as root,
+// can connect.
+func TestRunSharesSocketWithGroup(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("giving the socket to another group needs root")
+	}
+	dir := t.TempDir()
+	o := testOptions(dir)
+	o.SocketGroup = 65532
+	sock := filepath.Join(dir, "csi.sock")
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- Run(ctx, o) }()
+	defer func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Error(err)
+		}
+	}()
+	waitFor(t, "a socket of group 65532 with mode 0660", func() bool {
+		var st unix.Stat_t
+		return unix.Stat(sock, &st) == nil && st.Mode&unix.S_IFMT == unix.S_IFSOCK && st.Gid == 65532 && st.Mode&0o777 == 0o660
+	})
 }

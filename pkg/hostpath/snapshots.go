@@ -52,7 +52,7 @@ func (s *controllerServer) CreateSnapshot(ctx context.Context, req *csi.CreateSn
 		ID: id, Name: req.GetName(), SourceVolumeID: src, AccessType: vol.AccessType,
 		SizeBytes: vol.CapacityBytes, Topology: vol.Topology, CreatedAt: s.d.now().UTC(),
 	}
-	if err := s.d.takeSnapshot(snap); err != nil {
+	if err := s.d.takeSnapshot(ctx, snap); err != nil {
 		return nil, err
 	}
 	klog.FromContext(ctx).V(2).Info("Created snapshot", "snapshotID", id, "volumeID", src)
@@ -62,7 +62,7 @@ func (s *controllerServer) CreateSnapshot(ctx context.Context, req *csi.CreateSn
 // takeSnapshot records a snapshot of the source volume: a record only when
 // the volume holds no data (recordEmptySnapshot), otherwise a copy of its
 // data and a record (copySnapshot). The caller holds the locks of both.
-func (d *Driver) takeSnapshot(snap state.Snapshot) error {
+func (d *Driver) takeSnapshot(ctx context.Context, snap state.Snapshot) error {
 	empty, info, err := holdsNoData(d.volumePath(snap.SourceVolumeID), snap.SizeBytes)
 	if err != nil {
 		return status.Errorf(codes.Internal, "inspect source volume: %v", err)
@@ -75,7 +75,13 @@ func (d *Driver) takeSnapshot(snap state.Snapshot) error {
 		snap.Empty, snap.Mode, snap.UID, snap.GID = true, info.Mode()&modeBits, st.Uid, st.Gid
 		return d.recordEmptySnapshot(snap)
 	}
-	return d.copySnapshot(snap)
+	// A copy counts against the capacity like a volume of its size.
+	release, err := d.reserve(snapshotKey(snap.ID), snap.SizeBytes, "")
+	if err != nil {
+		return err
+	}
+	defer release()
+	return d.copySnapshot(ctx, snap)
 }
 
 // holdsNoData reports whether the volume data at path holds nothing to
@@ -131,7 +137,7 @@ func (d *Driver) recordEmptySnapshot(snap state.Snapshot) error {
 // not match its manifest and drops it, and quarantines data without a
 // record.
 // The snapshot is reported only after the flushes.
-func (d *Driver) copySnapshot(snap state.Snapshot) error {
+func (d *Driver) copySnapshot(ctx context.Context, snap state.Snapshot) error {
 	final := d.snapshotPath(snap.ID)
 	tmp := tempPath(final)
 	src := d.volumePath(snap.SourceVolumeID)
@@ -149,6 +155,10 @@ func (d *Driver) copySnapshot(snap state.Snapshot) error {
 	if err != nil {
 		_ = os.RemoveAll(tmp)
 		return status.Errorf(codes.Internal, "copy volume data: %v", err)
+	}
+	if made.changed > 0 {
+		klog.FromContext(ctx).Info("Left out entries that vanished or were replaced while the volume was copied",
+			"snapshotID", snap.ID, "volumeID", snap.SourceVolumeID, "entries", made.changed)
 	}
 	snap.Manifest = &made.manifest
 	var dirsErr error

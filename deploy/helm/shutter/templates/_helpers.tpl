@@ -73,3 +73,15 @@ capabilities:
 seccompProfile:
   type: RuntimeDefault
 {{- end -}}
+
+{{/* The csi-snapshotter and csi-provisioner sidecars: restricted, as the non-root user and group
+hostpath.sidecarsRunAs, to which the driver gives its socket (--socket-group); with
+sidecarsRunAs null they keep their image's user, as the registrar does. */}}
+{{- define "shutter.sidecarContainer" -}}
+{{ include "shutter.socketContainer" . }}
+{{- with .Values.hostpath.sidecarsRunAs }}
+runAsNonRoot: true
+runAsUser: {{ int64 . }}
+runAsGroup: {{ int64 . }}
+{{- end }}
+{{- end -}}
