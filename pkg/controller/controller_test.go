@@ -210,3 +210,24 @@ func TestAddPacedLetsNewKeysThrough(t *testing.T) {
 		}
 	}
 }
+
+func TestProcessedSignal(t *testing.T) {
+	type call struct {
+		queue, key string
+		err        error
+	}
+	boom := errors.New("boom")
+	calls := make(chan call, 1)
+	q := NewQueue[string]("signal", Options{RetryStart: time.Hour, RetryMax: time.Hour,
+		Processed: func(queue string, key any, err error) { calls <- call{queue, key.(string), err} }},
+		func(context.Context, string) error { return boom })
+	defer q.ShutDown()
+	q.Add("k")
+	q.next(context.Background())
+	if got := <-calls; got != (call{"signal", "k", boom}) {
+		t.Errorf("processed signal %+v", got)
+	}
+	if q.queue.NumRequeues("k") != 1 {
+		t.Error("the outcome must be routed before the signal")
+	}
+}

@@ -38,13 +38,18 @@ type Options struct {
 	// QPS and Burst bound retries across all keys together; zero means 10 and 100.
 	QPS   float64
 	Burst int
+	// Processed, when set, is called after each sync with the queue's name, the key and the
+	// sync's error, once the outcome is routed: the "key processed" signal tests wait on before
+	// they check that a component looked at an object (and what it did or did not do).
+	Processed func(queue string, key any, err error)
 }
 
 // Queue is a named, rate-limited work queue of keys with the routing of sync outcomes.
 type Queue[K comparable] struct {
-	name  string
-	queue workqueue.TypedRateLimitingInterface[K]
-	sync  SyncFunc[K]
+	name      string
+	queue     workqueue.TypedRateLimitingInterface[K]
+	sync      SyncFunc[K]
+	processed func(queue string, key any, err error)
 
 	// paceMu guards nextPaced, the time at which the next paced key is due.
 	paceMu    sync.Mutex
@@ -82,8 +87,9 @@ func newQueue[K comparable](name string, opts Options, sync SyncFunc[K], store w
 		&workqueue.TypedBucketRateLimiter[K]{Limiter: rate.NewLimiter(rate.Limit(opts.QPS), opts.Burst)},
 	)
 	return &Queue[K]{
-		name: name,
-		sync: sync,
+		name:      name,
+		sync:      sync,
+		processed: opts.Processed,
 		queue: workqueue.NewTypedRateLimitingQueueWithConfig(limiter, workqueue.TypedRateLimitingQueueConfig[K]{
 			Name: name,
 			DelayingQueue: workqueue.NewTypedDelayingQueueWithConfig(workqueue.TypedDelayingQueueConfig[K]{
@@ -151,6 +157,9 @@ func (q *Queue[K]) next(ctx context.Context) bool {
 	defer q.queue.Done(key)
 	err := q.safeSync(ctx, key)
 	q.route(ctx, key, err)
+	if q.processed != nil {
+		q.processed(q.name, key, err)
+	}
 	return true
 }
 

@@ -19,6 +19,11 @@ const (
 	// InProgress: the call did not finish, or the driver asked to be called again; the backend
 	// may still be working on it, so whatever it might have made must be tracked.
 	InProgress
+	// Busy: the driver refused the call for now because an operation on the same volume or
+	// snapshot is in flight (codes.Aborted). Like InProgress the backend may be working on it (a
+	// create from an earlier try), but the answer is "try again soon", not a failure: callers
+	// retry after a short delay instead of backing off.
+	Busy
 )
 
 func (o Outcome) String() string {
@@ -27,6 +32,8 @@ func (o Outcome) String() string {
 		return "Succeeded"
 	case Failed:
 		return "Failed"
+	case Busy:
+		return "Busy"
 	default:
 		return "InProgress"
 	}
@@ -48,7 +55,9 @@ func Classify(err error) Outcome {
 	switch st.Code() {
 	case codes.OK:
 		return Succeeded
-	case codes.DeadlineExceeded, codes.Unavailable, codes.Canceled, codes.Aborted, codes.ResourceExhausted:
+	case codes.Aborted:
+		return Busy
+	case codes.DeadlineExceeded, codes.Unavailable, codes.Canceled, codes.ResourceExhausted:
 		return InProgress
 	default:
 		// InvalidArgument, AlreadyExists, FailedPrecondition, NotFound, OutOfRange,

@@ -32,7 +32,7 @@ func TestClassify(t *testing.T) {
 		{name: "deadline exceeded", err: status.Error(codes.DeadlineExceeded, "x"), want: InProgress},
 		{name: "unavailable", err: status.Error(codes.Unavailable, "x"), want: InProgress},
 		{name: "canceled", err: status.Error(codes.Canceled, "x"), want: InProgress},
-		{name: "aborted", err: status.Error(codes.Aborted, "x"), want: InProgress},
+		{name: "aborted", err: status.Error(codes.Aborted, "x"), want: Busy},
 		{name: "resource exhausted", err: status.Error(codes.ResourceExhausted, "x"), want: InProgress},
 		{name: "wrapped status", err: fmt.Errorf("create: %w", status.Error(codes.InvalidArgument, "x")), want: Failed},
 		{name: "not a status", err: errors.New("connection reset"), want: InProgress},

@@ -300,7 +300,7 @@ func TestErrorsClassified(t *testing.T) {
 	}{
 		{name: "timeout", driver: &testDriver{ctrlCaps: allCaps, delay: time.Second}, want: InProgress},
 		{name: "final", driver: &testDriver{ctrlCaps: allCaps, createErr: status.Error(codes.InvalidArgument, "no")}, want: Failed},
-		{name: "aborted", driver: &testDriver{ctrlCaps: allCaps, createErr: status.Error(codes.Aborted, "busy")}, want: InProgress},
+		{name: "aborted", driver: &testDriver{ctrlCaps: allCaps, createErr: status.Error(codes.Aborted, "busy")}, want: Busy},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

@@ -33,7 +33,8 @@ func (s *controllerServer) CreateSnapshot(ctx context.Context, req *csi.CreateSn
 		return nil, err
 	}
 	id := deriveID(snapshotPrefix, req.GetName())
-	release, err := s.d.locks.acquire(snapshotKey(id), volumeKey(src))
+	// The source is only read: snapshots of one volume are taken side by side.
+	release, err := s.d.locks.acquireShared([]string{volumeKey(src)}, snapshotKey(id))
 	if err != nil {
 		return nil, err
 	}
@@ -61,7 +62,8 @@ func (s *controllerServer) CreateSnapshot(ctx context.Context, req *csi.CreateSn
 
 // takeSnapshot records a snapshot of the source volume: a record only when
 // the volume holds no data (recordEmptySnapshot), otherwise a copy of its
-// data and a record (copySnapshot). The caller holds the locks of both.
+// data and a record (copySnapshot). The caller holds the snapshot's lock and
+// a shared lock of the volume.
 func (d *Driver) takeSnapshot(ctx context.Context, snap state.Snapshot) error {
 	empty, info, err := holdsNoData(d.volumePath(snap.SourceVolumeID), snap.SizeBytes)
 	if err != nil {

@@ -4,6 +4,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -131,6 +132,14 @@ func TestContentTransitions(t *testing.T) {
 					t.Errorf("got %+v", got)
 				}
 			}},
+		{name: "dynamic: busy driver keeps being-created and asks again soon", content: newContent(name), objs: []runtime.Object{defaultClass},
+			driver:    func(d *csi.Fake) { d.Errors["CreateSnapshot"] = []error{status.Error(codes.Aborted, "volume busy")} },
+			wantRoute: "wait", wantCalls: []string{"CreateSnapshot"}, wantPatches: []string{""},
+			check: func(t *testing.T, got content, _ *fixture) {
+				if got.Annotations[protocol.AnnBeingCreated] != "yes" || got.Status != nil {
+					t.Errorf("got %+v", got)
+				}
+			}},
 		{name: "dynamic: retry of a timed-out create", content: newContent(name, withAnn(protocol.AnnBeingCreated, "yes")),
 			objs: []runtime.Object{defaultClass}, wantRoute: "done", wantCalls: []string{"CreateSnapshot"},
 			wantPatches: []string{"status", ""}, check: hasStatus("snap-"+backendName, true)},
@@ -193,6 +202,12 @@ func TestContentTransitions(t *testing.T) {
 			},
 			wantRoute: "retry", wantCalls: []string{"DeleteSnapshot"}, wantPatches: []string{"status"}, wantEvent: reasonDeleteFailed,
 			check: hasError("in use", false)},
+		{name: "delete: busy driver is asked again soon", content: newContent(name, markedDeleted, withStatus("h", true)),
+			driver:    func(d *csi.Fake) { d.Errors["DeleteSnapshot"] = []error{status.Error(codes.Aborted, "restoring")} },
+			wantRoute: "wait", wantCalls: []string{"DeleteSnapshot"}, check: unchanged},
+		{name: "pre-provisioned: busy driver is asked again soon", content: newContent(name, preProvisioned("snap-x")),
+			driver:    func(d *csi.Fake) { d.Errors["GetSnapshot"] = []error{status.Error(codes.Aborted, "busy")} },
+			wantRoute: "wait", wantCalls: []string{"GetSnapshot"}, check: unchanged},
 		{name: "delete: missing deletion secret", content: newContent(name, markedDeleted, withStatus("h", true),
 			withAnn(protocol.AnnDeletionSecretName, "del"), withAnn(protocol.AnnDeletionSecretNamespace, "ns")),
 			wantRoute: "retry", wantPatches: []string{"status"}, wantEvent: reasonInputError, check: hasError("cannot read secret ns/del", false)},
@@ -226,5 +241,26 @@ func runContentCase(t *testing.T, tc contentCase) {
 	}
 	if tc.check != nil {
 		tc.check(t, f.getContent(t, tc.content.Name), f)
+	}
+}
+
+// TestBusyRetriesSoon: a busy driver is asked again within half a second, spread by jitter, and
+// not after a failure's backoff.
+func TestBusyRetriesSoon(t *testing.T) {
+	seen := map[time.Duration]bool{}
+	for range 20 {
+		err := retrySoon("busy", status.Error(codes.Aborted, "x"))
+		if routed(err) != "wait" {
+			t.Fatalf("routed %s (%v), want wait", routed(err), err)
+		}
+		after, _, _ := strings.Cut(strings.TrimPrefix(err.Error(), "requeue after "), ":")
+		d, perr := time.ParseDuration(after)
+		if perr != nil || d < 250*time.Millisecond || d >= 500*time.Millisecond {
+			t.Errorf("retry after %q (%v), want [250ms, 500ms)", after, perr)
+		}
+		seen[d] = true
+	}
+	if len(seen) < 2 {
+		t.Error("no jitter")
 	}
 }

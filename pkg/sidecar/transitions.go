@@ -4,8 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/klog/v2"
 
 	snapshotv1 "github.com/shutter-csi/shutter/client/apis/volumesnapshot/v1"
@@ -52,6 +54,8 @@ func (r *reconciler[T]) create(ctx context.Context, obj T) error {
 		return err
 	})
 	switch outcome(err) {
+	case csi.Busy:
+		return retrySoon("the driver is busy with the volume or snapshot", err)
 	case csi.InProgress:
 		return fmt.Errorf("the driver may still be creating %s: %w", req.name, err)
 	case csi.Failed:
@@ -128,7 +132,10 @@ func (r *reconciler[T]) refresh(ctx context.Context, obj T) error {
 // checkFailed records a failed status check: a final error goes to status.error with a
 // Warning event and is not retried until the object changes; others are retried.
 func (r *reconciler[T]) checkFailed(ctx context.Context, obj T, cause error) error {
-	if outcome(cause) != csi.Failed {
+	switch outcome(cause) {
+	case csi.Busy:
+		return retrySoon("the driver is busy with the volume or snapshot", cause)
+	case csi.InProgress:
 		return fmt.Errorf("check snapshot status: %w", cause)
 	}
 	if err := r.report(ctx, obj, reasonCheckFailed, "Failed to check snapshot status: "+cause.Error()); err != nil {
@@ -161,12 +168,15 @@ func (r *reconciler[T]) deleteBackend(ctx context.Context, obj T) error {
 	handle := r.kind.deletable(obj)
 	err = r.call(ctx, opDelete, func(ctx context.Context) error { return r.kind.remove(ctx, obj, handle, secrets) })
 	if err != nil {
-		if outcome(err) == csi.Failed {
+		switch outcome(err) {
+		case csi.Busy:
+			return retrySoon("the driver is busy with the snapshot", err)
+		case csi.Failed:
 			if err := r.report(ctx, obj, reasonDeleteFailed, "Failed to delete snapshot: "+err.Error()); err != nil {
 				return err
 			}
 		}
-		// Deletion is retried with backoff whatever the error: the object is going away.
+		// Other errors are retried with backoff, final or not: the object is going away.
 		return fmt.Errorf("delete backend snapshot %s: %w", handle, err)
 	}
 	klog.FromContext(ctx).V(2).Info("Deleted backend snapshot", "handle", handle)
@@ -267,4 +277,15 @@ func outcome(err error) csi.Outcome {
 		return csi.Failed
 	}
 	return csi.Classify(err)
+}
+
+// busyRetry is how soon a call that the driver refused as busy (csi.Busy) is made again: the
+// operation it is busy with usually ends within a moment, and waiting out a failure's doubling
+// backoff instead only leaves a tail of snapshots that wait for nothing.
+const busyRetry = 250 * time.Millisecond
+
+// retrySoon asks for another try after busyRetry plus up to as much again of jitter, so that the
+// objects waiting for one volume do not all come back at the same instant. It counts no failure.
+func retrySoon(reason string, err error) error {
+	return controller.RequeueAfter(wait.Jitter(busyRetry, 1), reason+": "+err.Error())
 }

@@ -193,7 +193,8 @@ func (c *Controller) EnableGroups(ctx context.Context, factory snapinformers.Sha
 	return nil
 }
 
-// Run waits for the caches, then runs the workers until ctx is done and in-flight syncs finish.
+// Run waits for the caches, then runs the workers until ctx is done and in-flight syncs finish,
+// the group reconcilers' too.
 func (c *Controller) Run(ctx context.Context) error {
 	logger := klog.FromContext(ctx)
 	if !cache.WaitForCacheSync(ctx.Done(), c.synced...) {
@@ -215,6 +216,9 @@ func (c *Controller) Run(ctx context.Context) error {
 	})
 	<-done
 	<-done
+	if g := c.groups.Load(); g != nil {
+		<-g.stopped
+	}
 	return nil
 }
 

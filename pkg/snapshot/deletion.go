@@ -2,6 +2,7 @@ package snapshot
 
 import (
 	"context"
+	"slices"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -17,15 +18,23 @@ import (
 const beingCreatedWait = 5 * time.Second
 
 // finalizeSnapshot runs when a VolumeSnapshot is being deleted. Unless a claim is still being
-// restored from it, a Delete-policy content is handed to the sidecar (annotated being-deleted, then
-// deleted), and the snapshot's finalizers are dropped.
+// restored from it or its group still holds it, a Delete-policy content is handed to the sidecar
+// (annotated being-deleted, then deleted), and the snapshot's finalizers are dropped.
 func (c *Controller) finalizeSnapshot(ctx context.Context, vs *snapshotv1.VolumeSnapshot) error {
-	if hasFinalizer(vs, protocol.SnapshotInGroupFinalizer) {
-		klog.FromContext(ctx).V(4).Info("Keeping snapshot: its group holds it")
-		return nil // the group lets it go when the group itself is deleted
-	}
 	ours := []string{protocol.SnapshotAsSourceFinalizer, protocol.SnapshotBoundFinalizer}
-	if !hasFinalizer(vs, ours[0]) && !hasFinalizer(vs, ours[1]) {
+	if hasFinalizer(vs, protocol.SnapshotInGroupFinalizer) {
+		held, err := c.heldByGroup(ctx, vs)
+		if err != nil {
+			return err
+		}
+		if held {
+			klog.FromContext(ctx).V(4).Info("Keeping snapshot: its group holds it")
+			return nil // the group lets it go when the group itself is deleted
+		}
+		klog.FromContext(ctx).V(2).Info("Releasing a member whose group is gone")
+		ours = append(ours, protocol.SnapshotInGroupFinalizer)
+	}
+	if !slices.ContainsFunc(ours, func(f string) bool { return hasFinalizer(vs, f) }) {
 		return c.releaseClaim(ctx, vs)
 	}
 	if c.restoring(vs) {
@@ -55,7 +64,7 @@ func (c *Controller) finalizeSnapshot(ctx context.Context, vs *snapshotv1.Volume
 func (c *Controller) contentReleaser() releaser[*snapshotv1.VolumeSnapshotContent] {
 	contents := c.contentClient.SnapshotV1().VolumeSnapshotContents()
 	return releaser[*snapshotv1.VolumeSnapshotContent]{
-		beingCreated: protocol.AnnBeingCreated, beingDeleted: protocol.AnnBeingDeleted,
+		beingCreated: protocol.AnnBeingCreated, beingDeleted: protocol.AnnBeingDeleted, finalizer: protocol.ContentBoundFinalizer,
 		patch: contents.Patch, writes: c.contentWrites, delete: contents.Delete,
 	}
 }

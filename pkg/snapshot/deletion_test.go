@@ -2,6 +2,8 @@ package snapshot
 
 import (
 	"context"
+	"encoding/json"
+	"slices"
 	"strings"
 	"testing"
 
@@ -9,6 +11,7 @@ import (
 	k8stesting "k8s.io/client-go/testing"
 
 	snapshotv1 "github.com/shutter-csi/shutter/client/apis/volumesnapshot/v1"
+	snapfake "github.com/shutter-csi/shutter/client/clientset/versioned/fake"
 	"github.com/shutter-csi/shutter/pkg/protocol"
 )
 
@@ -19,6 +22,7 @@ func TestSyncContentRequests(t *testing.T) {
 		c.Annotations = map[string]string{protocol.AnnBeingDeleted: protocol.AnnValueYes}
 	}
 	deleted := func(c *snapshotv1.VolumeSnapshotContent) { c.DeletionTimestamp = ptr(metav1.Now()) }
+	unprotected := func(c *snapshotv1.VolumeSnapshotContent) { c.Finalizers = nil }
 	retain := func(c *snapshotv1.VolumeSnapshotContent) {
 		c.Spec.DeletionPolicy = snapshotv1.VolumeSnapshotContentRetain
 	}
@@ -33,6 +37,12 @@ func TestSyncContentRequests(t *testing.T) {
 		{name: "annotated but not deleted yet: confirmed live, deleted",
 			content: newContent("c", readyContent, marked),
 			calls:   "get volumesnapshots,delete volumesnapshotcontents"},
+		{name: "no finalizer: protected and annotated in one patch, deleted",
+			content: newContent("c", readyContent, unprotected),
+			calls:   "get volumesnapshots,patch volumesnapshotcontents,delete volumesnapshotcontents"},
+		{name: "annotated while Retain, now Delete without finalizer: protected, deleted",
+			content: newContent("c", readyContent, marked, unprotected),
+			calls:   "get volumesnapshots,patch volumesnapshotcontents,delete volumesnapshotcontents"},
 		{name: "annotated and deleted: the sidecar's, no calls", content: newContent("c", readyContent, marked, deleted)},
 		{name: "Retain, annotated: nothing left to do, no calls", content: newContent("c", readyContent, marked, retain)},
 	}
@@ -45,7 +55,44 @@ func TestSyncContentRequests(t *testing.T) {
 			if got := strings.Join(calls(snap.Actions()), ","); got != tc.calls {
 				t.Errorf("calls:\n got %s\nwant %s", got, tc.calls)
 			}
+			for _, a := range snap.Actions() {
+				if a.GetVerb() == "delete" {
+					if !slices.Contains(deletedWith(t, snap, tc.content), protocol.ContentBoundFinalizer) {
+						t.Error("content deleted without its bound-protection finalizer")
+					}
+				}
+			}
 		})
+	}
+}
+
+// deletedWith is the finalizers content held when it was deleted: the fake clientset
+// keeps nothing, so they are the ones of its last patch (or of the object it started with).
+func deletedWith(t *testing.T, snap *snapfake.Clientset, content *snapshotv1.VolumeSnapshotContent) []string {
+	finalizers := content.Finalizers
+	for _, a := range snap.Actions() {
+		if p, ok := a.(k8stesting.PatchAction); ok && p.GetName() == content.Name {
+			var patch struct {
+				Metadata struct {
+					Finalizers *[]string `json:"finalizers"`
+				} `json:"metadata"`
+			}
+			if err := json.Unmarshal(p.GetPatch(), &patch); err != nil {
+				t.Fatal(err)
+			}
+			if patch.Metadata.Finalizers != nil {
+				finalizers = *patch.Metadata.Finalizers
+			}
+		}
+	}
+	return finalizers
+}
+
+// TestReleaseGoneContent: a content that is gone by the time it is released is no error.
+func TestReleaseGoneContent(t *testing.T) {
+	c, _, _, _ := testController(t)
+	if err := c.releaseContent(context.Background(), newContent("gone", readyContent)); err != nil {
+		t.Errorf("release of a content that is gone: %v", err)
 	}
 }
 

@@ -32,6 +32,8 @@ type groups struct {
 	snapshotQueue *controller.Queue[controller.Key]
 	contentQueue  *controller.Queue[controller.Key]
 	synced        []cache.InformerSynced
+	// stopped is closed when run returns: its workers have finished.
+	stopped chan struct{}
 }
 
 // groupCRDPoll is how often the controller looks for the group CRDs when they were missing at
@@ -44,6 +46,7 @@ func newGroups(c *Controller, factory snapinformers.SharedInformerFactory) (*gro
 		Controller:     c,
 		snapshotWrites: controller.NewWrites[*groupv1.VolumeGroupSnapshot]().WithTrim(controller.Trimmed[*groupv1.VolumeGroupSnapshot](trimForCache)),
 		contentWrites:  controller.NewWrites[*groupv1.VolumeGroupSnapshotContent]().WithTrim(controller.Trimmed[*groupv1.VolumeGroupSnapshotContent](trimForCache)),
+		stopped:        make(chan struct{}),
 	}
 	g.snapshotQueue = controller.NewQueue("volumegroupsnapshot", c.opts.Retry, g.syncGroupSnapshotKey)
 	g.contentQueue = controller.NewQueue("volumegroupsnapshotcontent", c.opts.Retry, g.syncGroupContentKey)
@@ -80,6 +83,7 @@ func groupClassesByDriver(obj any) ([]string, error) {
 
 // run waits for the group caches and runs the two group queues until ctx is done.
 func (g *groups) run(ctx context.Context) {
+	defer close(g.stopped)
 	if !cache.WaitForCacheSync(ctx.Done(), g.synced...) {
 		return
 	}

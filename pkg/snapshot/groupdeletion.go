@@ -19,13 +19,13 @@ func (g *groups) finalizeGroup(ctx context.Context, vgs *groupv1.VolumeGroupSnap
 	if !hasFinalizer(vgs, protocol.GroupSnapshotBoundFinalizer) {
 		return nil
 	}
-	left, err := g.releaseMembers(ctx, vgs)
-	if err != nil || left {
-		// Member deletions wake the group again through onMember.
-		return err
-	}
 	content, err := g.contentOf(vgs)
 	if err != nil {
+		return err
+	}
+	left, err := g.releaseMembers(ctx, vgs, content)
+	if err != nil || left {
+		// Member deletions wake the group again through onMember.
 		return err
 	}
 	if content != nil && g.refersTo(content, vgs) && content.Spec.DeletionPolicy == snapshotv1.VolumeSnapshotContentDelete {
@@ -53,7 +53,7 @@ func (g *groups) refersTo(content *groupv1.VolumeGroupSnapshotContent, vgs *grou
 func (g *groups) groupReleaser() releaser[*groupv1.VolumeGroupSnapshotContent] {
 	contents := g.contentClient.GroupsnapshotV1().VolumeGroupSnapshotContents()
 	return releaser[*groupv1.VolumeGroupSnapshotContent]{
-		beingCreated: protocol.AnnGroupBeingCreated, beingDeleted: protocol.AnnGroupBeingDeleted,
+		beingCreated: protocol.AnnGroupBeingCreated, beingDeleted: protocol.AnnGroupBeingDeleted, finalizer: protocol.GroupContentBoundFinalizer,
 		patch: contents.Patch, writes: g.contentWrites, delete: contents.Delete,
 	}
 }

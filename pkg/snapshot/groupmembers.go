@@ -23,12 +23,20 @@ import (
 
 // groupOf is the name of the VolumeGroupSnapshot a member snapshot belongs to, or "".
 func groupOf(vs *snapshotv1.VolumeSnapshot) string {
-	for _, ref := range vs.OwnerReferences {
-		if ref.Kind == "VolumeGroupSnapshot" && ref.APIVersion == groupv1.SchemeGroupVersion.String() {
-			return ref.Name
-		}
+	if ref := groupOwner(vs); ref != nil {
+		return ref.Name
 	}
 	return ""
+}
+
+// groupOwner is the owner reference of a member snapshot to its VolumeGroupSnapshot, or nil.
+func groupOwner(vs *snapshotv1.VolumeSnapshot) *metav1.OwnerReference {
+	for i, ref := range vs.OwnerReferences {
+		if ref.Kind == "VolumeGroupSnapshot" && ref.APIVersion == groupv1.SchemeGroupVersion.String() {
+			return &vs.OwnerReferences[i]
+		}
+	}
+	return nil
 }
 
 // memberKey identifies a member: its volume handle, or its snapshot handle when the driver did not
@@ -147,9 +155,13 @@ func (g *groups) ensureMemberContent(ctx context.Context, vs *snapshotv1.VolumeS
 // releaseMembers lets the members of a group go: each loses its in-group finalizer and is
 // deleted, and the single-snapshot sync then handles its content per the deletion policy.
 // It tells whether any member is still there.
-func (g *groups) releaseMembers(ctx context.Context, vgs *groupv1.VolumeGroupSnapshot) (bool, error) {
+//
+// A member that was deleted on its own before changes only by this controller's own write here,
+// which raises no event: it is queued explicitly, or it would keep its other finalizers and the
+// group would wait for it forever.
+func (g *groups) releaseMembers(ctx context.Context, vgs *groupv1.VolumeGroupSnapshot, content *groupv1.VolumeGroupSnapshotContent) (bool, error) {
 	left := false
-	for _, vs := range g.membersOf(vgs) {
+	for _, vs := range g.membersOf(vgs, content) {
 		left = true
 		if hasFinalizer(vs, protocol.SnapshotInGroupFinalizer) {
 			updated := vs.DeepCopy()
@@ -158,9 +170,12 @@ func (g *groups) releaseMembers(ctx context.Context, vgs *groupv1.VolumeGroupSna
 			if vs, err = g.patchSnapshot(ctx, vs, updated); err != nil {
 				return true, ignoreNotFound(err)
 			}
+			g.Controller.snapshotQueue.Add(controller.KeyOf(vs))
 		}
 		if vs.DeletionTimestamp == nil {
-			err := g.client.SnapshotV1().VolumeSnapshots(vs.Namespace).Delete(ctx, vs.Name, metav1.DeleteOptions{})
+			uid := vs.UID
+			err := g.client.SnapshotV1().VolumeSnapshots(vs.Namespace).Delete(ctx, vs.Name,
+				metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &uid}})
 			if ignoreNotFound(err) != nil {
 				return true, fmt.Errorf("delete member %s: %w", vs.Name, err)
 			}
@@ -169,11 +184,45 @@ func (g *groups) releaseMembers(ctx context.Context, vgs *groupv1.VolumeGroupSna
 	return left, nil
 }
 
-// membersOf lists the member snapshots of vgs, from the informer cache.
-func (g *groups) membersOf(vgs *groupv1.VolumeGroupSnapshot) []*snapshotv1.VolumeSnapshot {
+// membersOf lists the member snapshots of vgs: those in the informer cache, and those this
+// controller created from the group content's report that the cache does not show yet (a
+// group deleted right after its members were made must not miss them and leave them behind).
+func (g *groups) membersOf(vgs *groupv1.VolumeGroupSnapshot, content *groupv1.VolumeGroupSnapshotContent) []*snapshotv1.VolumeSnapshot {
 	members := indexed[*snapshotv1.VolumeSnapshot](g.snapshotIndexer, byGroup, string(vgs.UID))
+	seen := map[string]bool{}
 	for i, vs := range members {
 		members[i] = g.Controller.snapshotWrites.Latest(vs)
+		seen[vs.Name] = true
+	}
+	if content == nil || content.Status == nil {
+		return members
+	}
+	for _, info := range content.Status.VolumeSnapshotInfoList {
+		key := controller.Key{Namespace: vgs.Namespace, Name: protocol.MemberSnapshotName(vgs.UID, memberKey(info))}
+		if seen[key.Name] {
+			continue
+		}
+		own, ok := g.Controller.snapshotWrites.Get(key)
+		if ok && (own.DeletionTimestamp == nil || len(own.Finalizers) > 0) { // not released already
+			members = append(members, own)
+		}
 	}
 	return members
+}
+
+// heldByGroup tells whether a member snapshot's group still exists to let it go. A member whose
+// group is gone (deleted before it saw the member, or its finalizer removed by hand) lets
+// itself go, so that it never waits for a group that cannot come back.
+func (c *Controller) heldByGroup(ctx context.Context, vs *snapshotv1.VolumeSnapshot) (bool, error) {
+	g := c.groups.Load()
+	owner := groupOwner(vs)
+	if g == nil || owner == nil {
+		return g == nil, nil
+	}
+	gone, err := refGone(ctx, owner.UID, func() (metav1.Object, error) {
+		return g.snapshots.VolumeGroupSnapshots(vs.Namespace).Get(owner.Name)
+	}, func(ctx context.Context) (metav1.Object, error) {
+		return c.client.GroupsnapshotV1().VolumeGroupSnapshots(vs.Namespace).Get(ctx, owner.Name, metav1.GetOptions{})
+	})
+	return !gone, err
 }

@@ -93,17 +93,6 @@ func (c *Controller) createContent(ctx context.Context, content *snapshotv1.Volu
 	return result, nil
 }
 
-// deleteContent deletes the content if it is still the object with that uid.
-func (c *Controller) deleteContent(ctx context.Context, content *snapshotv1.VolumeSnapshotContent) error {
-	uid := content.UID
-	err := c.contentClient.SnapshotV1().VolumeSnapshotContents().Delete(ctx, content.Name,
-		metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &uid}})
-	if err != nil {
-		return fmt.Errorf("delete content %s: %w", content.Name, ignoreNotFound(err))
-	}
-	return nil
-}
-
 func (c *Controller) patchClaim(ctx context.Context, old, updated *corev1.PersistentVolumeClaim) (*corev1.PersistentVolumeClaim, error) {
 	return patchObject(ctx, c.kube.CoreV1().PersistentVolumeClaims(old.Namespace).Patch, c.claimWrites, old, updated)
 }

@@ -86,10 +86,12 @@ func (a *actor) handleGroup(ctx context.Context, content *groupv1.VolumeGroupSna
 		_, _ = a.client.GroupsnapshotV1().VolumeGroupSnapshotContents().Patch(ctx, content.Name, types.MergePatchType, data, metav1.PatchOptions{})
 	}
 	switch {
+	case !slices.Contains(content.Finalizers, protocol.GroupContentBoundFinalizer) && content.DeletionTimestamp != nil:
+		// Not this sidecar's to release: as the protocol has it, no backend deletion either.
 	case content.DeletionTimestamp != nil && !creating && (deleting || content.Spec.DeletionPolicy == snapshotv1.VolumeSnapshotContentRetain):
-		if deleting && content.Spec.DeletionPolicy == snapshotv1.VolumeSnapshotContentDelete && content.Status != nil {
+		if handle := groupDeletable(content); deleting && content.Spec.DeletionPolicy == snapshotv1.VolumeSnapshotContentDelete && handle != "" {
 			a.mu.Lock()
-			a.deleted = append(a.deleted, *content.Status.VolumeGroupSnapshotHandle)
+			a.deleted = append(a.deleted, handle)
 			a.mu.Unlock()
 		}
 		patch(map[string]any{"metadata": map[string]any{"finalizers": without(content.Finalizers, protocol.GroupContentBoundFinalizer)}})
@@ -133,11 +135,13 @@ func (a *actor) handle(ctx context.Context, content *snapshotv1.VolumeSnapshotCo
 	_, creating := content.Annotations[protocol.AnnBeingCreated]
 	_, deleting := content.Annotations[protocol.AnnBeingDeleted]
 	switch {
+	case !slices.Contains(content.Finalizers, protocol.ContentBoundFinalizer) && content.DeletionTimestamp != nil:
+		// Not this sidecar's to release: as the protocol has it, no backend deletion either.
 	case content.DeletionTimestamp != nil && !creating && (deleting || content.Spec.DeletionPolicy == snapshotv1.VolumeSnapshotContentRetain):
 		member := content.Annotations[protocol.AnnGroupSnapshotHandle] != ""
-		if !member && deleting && content.Spec.DeletionPolicy == snapshotv1.VolumeSnapshotContentDelete && content.Status != nil && content.Status.SnapshotHandle != nil {
+		if handle := deletable(content); !member && deleting && content.Spec.DeletionPolicy == snapshotv1.VolumeSnapshotContentDelete && handle != "" {
 			a.mu.Lock()
-			a.deleted = append(a.deleted, *content.Status.SnapshotHandle)
+			a.deleted = append(a.deleted, handle)
 			a.mu.Unlock()
 		}
 		a.patch(ctx, content.Name, map[string]any{"metadata": map[string]any{"finalizers": without(content.Finalizers, protocol.ContentBoundFinalizer)}})
@@ -166,6 +170,28 @@ func (a *actor) ready(ctx context.Context, content *snapshotv1.VolumeSnapshotCon
 func (a *actor) patch(ctx context.Context, name string, patch map[string]any) {
 	data, _ := json.Marshal(patch)
 	_, _ = a.client.SnapshotV1().VolumeSnapshotContents().Patch(ctx, name, types.MergePatchType, data, metav1.PatchOptions{})
+}
+
+// deletable is the backend snapshot a sidecar deletes: the one in status, else the one a
+// pre-provisioned content names.
+func deletable(content *snapshotv1.VolumeSnapshotContent) string {
+	if content.Status != nil && content.Status.SnapshotHandle != nil {
+		return *content.Status.SnapshotHandle
+	}
+	if content.Spec.Source.SnapshotHandle != nil {
+		return *content.Spec.Source.SnapshotHandle
+	}
+	return ""
+}
+
+func groupDeletable(content *groupv1.VolumeGroupSnapshotContent) string {
+	if content.Status != nil && content.Status.VolumeGroupSnapshotHandle != nil {
+		return *content.Status.VolumeGroupSnapshotHandle
+	}
+	if h := content.Spec.Source.GroupSnapshotHandles; h != nil {
+		return h.VolumeGroupSnapshotHandle
+	}
+	return ""
 }
 
 func without(list []string, drop string) []string {

@@ -19,15 +19,10 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
-	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
-	"k8s.io/client-go/rest"
-	"k8s.io/client-go/tools/record"
 	"k8s.io/klog/v2"
 
 	snapshotv1 "github.com/shutter-csi/shutter/client/apis/volumesnapshot/v1"
 	clientset "github.com/shutter-csi/shutter/client/clientset/versioned"
-	"github.com/shutter-csi/shutter/pkg/controller"
-	"github.com/shutter-csi/shutter/pkg/snapshot"
 	"github.com/shutter-csi/shutter/test/testenv"
 )
 
@@ -154,36 +149,9 @@ type fixture struct {
 func setup(t *testing.T) *fixture {
 	env := testenv.StartDedicated(t)
 	testenv.InstallCRDs(t, env.Config)
-	controllerOnce.Do(func() { startController(t, env.Config) })
+	controllerOnce.Do(func() { running.start(t, env.Config) })
 	kube := kubernetes.NewForConfigOrDie(env.Config)
 	return &fixture{kube: kube, client: clientset.NewForConfigOrDie(env.Config), ns: testenv.Namespace(t, kube)}
-}
-
-// startController runs one snapshot-controller for the test binary, its writes counted.
-func startController(t *testing.T, admin *rest.Config) {
-	cfg := rest.CopyConfig(admin)
-	cfg.Wrap(writes.wrap)
-	kube := kubernetes.NewForConfigOrDie(cfg)
-	client := clientset.NewForConfigOrDie(cfg)
-	clients := snapshot.Clients{Kube: kube, Snapshots: client}
-	kubeInformers, snapInformers := snapshot.InformerFactories(clients)
-	broadcaster := record.NewBroadcaster()
-	broadcaster.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: kube.CoreV1().Events("")})
-	recorder := broadcaster.NewRecorder(snapshot.EventScheme(), corev1.EventSource{Component: "snapshot-controller"})
-	c, err := snapshot.New(clients, kubeInformers, snapInformers, recorder, snapshot.Options{
-		Workers: 4, Retry: controller.Options{RetryStart: 100 * time.Millisecond, RetryMax: 2 * time.Second},
-		PreventVolumeModeConversion: true, StatusGrace: 5 * time.Second,
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx := klog.NewContext(context.Background(), klog.Background())
-	kubeInformers.Start(ctx.Done())
-	snapInformers.Start(ctx.Done())
-	if err := c.EnableGroups(ctx, snapInformers); err != nil {
-		t.Fatal(err)
-	}
-	go func() { _ = c.Run(ctx) }()
 }
 
 // volume creates a bound CSI volume and claim of driver in ns.

@@ -1,0 +1,227 @@
+package controller
+
+import (
+	"context"
+	"io"
+	"net/http"
+	"sync"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/client-go/kubernetes"
+	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/record"
+	"k8s.io/klog/v2"
+
+	clientset "github.com/shutter-csi/shutter/client/clientset/versioned"
+	"github.com/shutter-csi/shutter/pkg/controller"
+	"github.com/shutter-csi/shutter/pkg/snapshot"
+)
+
+// The package runs one snapshot-controller. Tests that run alone (no t.Parallel) may restart it
+// with every object present, hold back the events of its VolumeSnapshot watch, and wait until its
+// queues processed a key: that is how they put the controller's view of events in a chosen order
+// instead of sleeping and hoping.
+var (
+	running   = &runningController{}
+	gate      = newWatchGate()
+	processed = &processedSignal{subs: map[*processedWatch]struct{}{}}
+)
+
+// runningController is the package's controller, which can be stopped and started again.
+type runningController struct {
+	mu     sync.Mutex
+	admin  *rest.Config
+	cancel context.CancelFunc
+	done   chan struct{}
+}
+
+// start runs a new snapshot-controller, its writes counted, its snapshot watch behind the gate.
+func (r *runningController) start(t *testing.T, admin *rest.Config) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.admin = admin
+	cfg := rest.CopyConfig(admin)
+	cfg.Wrap(writes.wrap)
+	cfg.Wrap(gate.wrap)
+	clients := snapshot.Clients{Kube: kubernetesFor(cfg), Snapshots: clientsetFor(cfg)}
+	kubeInformers, snapInformers := snapshot.InformerFactories(clients)
+	broadcaster := record.NewBroadcaster()
+	broadcaster.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: clients.Kube.CoreV1().Events("")})
+	recorder := broadcaster.NewRecorder(snapshot.EventScheme(), corev1.EventSource{Component: "snapshot-controller"})
+	c, err := snapshot.New(clients, kubeInformers, snapInformers, recorder, snapshot.Options{
+		Workers: 4, Retry: controller.Options{RetryStart: 100 * time.Millisecond, RetryMax: 2 * time.Second, Processed: processed.signal},
+		PreventVolumeModeConversion: true, StatusGrace: 5 * time.Second,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(klog.NewContext(context.Background(), klog.Background()))
+	kubeInformers.Start(ctx.Done())
+	snapInformers.Start(ctx.Done())
+	if err := c.EnableGroups(ctx, snapInformers); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		_ = c.Run(ctx)
+		kubeInformers.Shutdown()
+		snapInformers.Shutdown()
+		broadcaster.Shutdown()
+	}()
+	r.cancel, r.done = cancel, done
+}
+
+// restart stops the controller, waits until its workers and informers have ended, and starts a
+// new one, which begins with a fresh list of every object.
+func (r *runningController) restart(t *testing.T) {
+	t.Helper()
+	r.mu.Lock()
+	cancel, done, admin := r.cancel, r.done, r.admin
+	r.mu.Unlock()
+	cancel()
+	select {
+	case <-done:
+	case <-time.After(30 * time.Second):
+		t.Fatal("the controller did not stop")
+	}
+	r.start(t, admin)
+}
+
+// watchGate holds back what the controller's VolumeSnapshot watches read while it is held: the
+// events wait in the connection and arrive, in order, once it is released. Lists pass.
+type watchGate struct {
+	mu   sync.Mutex
+	open chan struct{} // closed while the gate lets events through
+}
+
+func newWatchGate() *watchGate {
+	g := &watchGate{open: make(chan struct{})}
+	close(g.open)
+	return g
+}
+
+// hold stops events until release; t's cleanup releases them in any case.
+func (g *watchGate) hold(t *testing.T) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	select {
+	case <-g.open:
+		g.open = make(chan struct{})
+	default:
+	}
+	t.Cleanup(g.release)
+}
+
+func (g *watchGate) release() {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	select {
+	case <-g.open:
+	default:
+		close(g.open)
+	}
+}
+
+func (g *watchGate) opened() <-chan struct{} {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.open
+}
+
+func (g *watchGate) wrap(rt http.RoundTripper) http.RoundTripper {
+	return roundTripFunc(func(req *http.Request) (*http.Response, error) {
+		resp, err := rt.RoundTrip(req)
+		if err != nil || req.URL.Query().Get("watch") == "" || resourceOf(req.URL.Path) != "volumesnapshots" {
+			return resp, err
+		}
+		resp.Body = &gatedBody{ReadCloser: resp.Body, gate: g, closed: make(chan struct{})}
+		return resp, nil
+	})
+}
+
+// gatedBody hands on what it read only while the gate is open.
+type gatedBody struct {
+	io.ReadCloser
+	gate      *watchGate
+	closeOnce sync.Once
+	closed    chan struct{}
+}
+
+func (b *gatedBody) Read(p []byte) (int, error) {
+	n, err := b.ReadCloser.Read(p)
+	select {
+	case <-b.gate.opened():
+	case <-b.closed:
+	}
+	return n, err
+}
+
+func (b *gatedBody) Close() error {
+	b.closeOnce.Do(func() { close(b.closed) })
+	return b.ReadCloser.Close()
+}
+
+// processedSignal passes the controller's "key processed" signals to the tests waiting for them.
+type processedSignal struct {
+	mu   sync.Mutex
+	subs map[*processedWatch]struct{}
+}
+
+type processedWatch struct {
+	queue string
+	key   controller.Key
+	ch    chan struct{}
+}
+
+func (p *processedSignal) signal(queue string, key any, _ error) {
+	k, _ := key.(controller.Key)
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for w := range p.subs {
+		if w.queue == queue && w.key == k {
+			select {
+			case w.ch <- struct{}{}:
+			default: // one pending signal is as good as several
+			}
+		}
+	}
+}
+
+// after starts listening for syncs of key in queue; call it before the change they react to.
+func (p *processedSignal) after(t *testing.T, queue string, key controller.Key) *processedWatch {
+	w := &processedWatch{queue: queue, key: key, ch: make(chan struct{}, 1)}
+	p.mu.Lock()
+	p.subs[w] = struct{}{}
+	p.mu.Unlock()
+	t.Cleanup(func() {
+		p.mu.Lock()
+		delete(p.subs, w)
+		p.mu.Unlock()
+	})
+	return w
+}
+
+// until waits for a sync of the key after which done holds: the controller has looked, and the
+// API shows what that sync did.
+func (w *processedWatch) until(t *testing.T, what string, done func() bool) {
+	t.Helper()
+	deadline := time.After(30 * time.Second)
+	for {
+		select {
+		case <-w.ch:
+			if done() {
+				return
+			}
+		case <-deadline:
+			t.Fatalf("no sync of %s %s after which %s", w.queue, w.key, what)
+		}
+	}
+}
+
+func kubernetesFor(cfg *rest.Config) kubernetes.Interface { return kubernetes.NewForConfigOrDie(cfg) }
+
+func clientsetFor(cfg *rest.Config) clientset.Interface { return clientset.NewForConfigOrDie(cfg) }

@@ -1,0 +1,124 @@
+package controller
+
+import (
+	"context"
+	"slices"
+	"testing"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/uuid"
+
+	groupv1 "github.com/shutter-csi/shutter/client/apis/volumegroupsnapshot/v1"
+	snapshotv1 "github.com/shutter-csi/shutter/client/apis/volumesnapshot/v1"
+	"github.com/shutter-csi/shutter/pkg/controller"
+)
+
+// orphanContent is a content, single or group, whose (group) snapshot ref names a uid that no
+// object has: what a backup restore or a GitOps re-apply of an old content looks like. It is
+// created without any finalizer.
+type orphanContent struct {
+	queue  string // the controller's queue of the kind
+	create func(t *testing.T, f *fixture, name, handle string, policy snapshotv1.DeletionPolicy)
+	get    func(f *fixture, name string) (metav1.Object, error)
+	policy func(t *testing.T, f *fixture, name string, policy snapshotv1.DeletionPolicy)
+}
+
+var orphanKinds = map[string]orphanContent{
+	"content": {
+		queue: "volumesnapshotcontent",
+		create: func(t *testing.T, f *fixture, name, handle string, policy snapshotv1.DeletionPolicy) {
+			_, err := f.client.SnapshotV1().VolumeSnapshotContents().Create(context.Background(), &snapshotv1.VolumeSnapshotContent{
+				ObjectMeta: metav1.ObjectMeta{Name: name},
+				Spec: snapshotv1.VolumeSnapshotContentSpec{
+					DeletionPolicy: policy, Driver: "orphan.csi.test",
+					Source:            snapshotv1.VolumeSnapshotContentSource{SnapshotHandle: &handle},
+					VolumeSnapshotRef: corev1.ObjectReference{Namespace: f.ns, Name: "vs-ghost", UID: uuid.NewUUID()},
+				},
+			}, metav1.CreateOptions{})
+			if err != nil {
+				t.Fatal(err)
+			}
+		},
+		get: func(f *fixture, name string) (metav1.Object, error) {
+			return f.client.SnapshotV1().VolumeSnapshotContents().Get(context.Background(), name, metav1.GetOptions{})
+		},
+		policy: func(t *testing.T, f *fixture, name string, policy snapshotv1.DeletionPolicy) {
+			patch := []byte(`{"spec":{"deletionPolicy":"` + string(policy) + `"}}`)
+			if _, err := f.client.SnapshotV1().VolumeSnapshotContents().Patch(context.Background(), name, types.MergePatchType, patch, metav1.PatchOptions{}); err != nil {
+				t.Fatal(err)
+			}
+		},
+	},
+	"group content": {
+		queue: "volumegroupsnapshotcontent",
+		create: func(t *testing.T, f *fixture, name, handle string, policy snapshotv1.DeletionPolicy) {
+			_, err := f.client.GroupsnapshotV1().VolumeGroupSnapshotContents().Create(context.Background(), &groupv1.VolumeGroupSnapshotContent{
+				ObjectMeta: metav1.ObjectMeta{Name: name},
+				Spec: groupv1.VolumeGroupSnapshotContentSpec{
+					DeletionPolicy: policy, Driver: "orphan.csi.test",
+					Source: groupv1.VolumeGroupSnapshotContentSource{GroupSnapshotHandles: &groupv1.GroupSnapshotHandles{
+						VolumeGroupSnapshotHandle: handle, VolumeSnapshotHandles: []string{handle + "-1"},
+					}},
+					VolumeGroupSnapshotRef: corev1.ObjectReference{Namespace: f.ns, Name: "vgs-ghost", UID: uuid.NewUUID()},
+				},
+			}, metav1.CreateOptions{})
+			if err != nil {
+				t.Fatal(err)
+			}
+		},
+		get: func(f *fixture, name string) (metav1.Object, error) {
+			return f.client.GroupsnapshotV1().VolumeGroupSnapshotContents().Get(context.Background(), name, metav1.GetOptions{})
+		},
+		policy: func(t *testing.T, f *fixture, name string, policy snapshotv1.DeletionPolicy) {
+			patch := []byte(`{"spec":{"deletionPolicy":"` + string(policy) + `"}}`)
+			if _, err := f.client.GroupsnapshotV1().VolumeGroupSnapshotContents().Patch(context.Background(), name, types.MergePatchType, patch, metav1.PatchOptions{}); err != nil {
+				t.Fatal(err)
+			}
+		},
+	},
+}
+
+// TestOrphanContentBackendDeleted creates contents whose snapshot never existed and that carry no
+// finalizer. One with a Delete policy must not leave the API before the sidecar has deleted its
+// backend snapshot, whichever way its policy became Delete; one with Retain keeps it.
+func TestOrphanContentBackendDeleted(t *testing.T) {
+	t.Parallel()
+	f := setup(t)
+	a := startActor(t, f.client, "orphan.csi.test")
+	for kindName, kind := range orphanKinds {
+		for _, tc := range []struct {
+			name   string
+			policy snapshotv1.DeletionPolicy // at creation; Retain is then patched to Delete
+		}{
+			{name: "created with Delete", policy: snapshotv1.VolumeSnapshotContentDelete},
+			{name: "Retain patched to Delete", policy: snapshotv1.VolumeSnapshotContentRetain},
+		} {
+			t.Run(kindName+"/"+tc.name, func(t *testing.T) {
+				name := "orphan-" + string(uuid.NewUUID())
+				handle := "backend-" + name
+				looked := processed.after(t, kind.queue, controller.Key{Name: name})
+				kind.create(t, f, name, handle, tc.policy)
+				if tc.policy == snapshotv1.VolumeSnapshotContentRetain {
+					looked.until(t, "the Retain content was looked at", func() bool { return true })
+					if _, err := kind.get(f, name); err != nil {
+						t.Fatalf("a Retain content went: %v", err)
+					}
+					if slices.Contains(a.deletedHandles(), handle) {
+						t.Fatal("the backend snapshot of a Retain content was deleted")
+					}
+					kind.policy(t, f, name, snapshotv1.VolumeSnapshotContentDelete)
+				}
+				looked.until(t, "the content is gone", func() bool {
+					_, err := kind.get(f, name)
+					return apierrors.IsNotFound(err)
+				})
+				if !slices.Contains(a.deletedHandles(), handle) {
+					t.Errorf("content %s went without its backend snapshot %s being deleted (deleted: %v)", name, handle, a.deletedHandles())
+				}
+			})
+		}
+	}
+}
