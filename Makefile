@@ -5,12 +5,20 @@ GO ?= go
 BIN := bin
 CMDS := $(notdir $(wildcard cmd/*))
 
+# The one version source: every binary's --version, the images' tags and labels and the chart's
+# appVersion come from here (override with `make VERSION=v1.2.3 ...`).
+VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo devel)
+COMMIT ?= $(shell git rev-parse HEAD 2>/dev/null || echo unknown)
+VERSION_PKG := github.com/shutter-csi/shutter/pkg/version
+LDFLAGS := -X $(VERSION_PKG).Version=$(VERSION) -X $(VERSION_PKG).Commit=$(COMMIT)
+
 .PHONY: all build generate verify test test-unit bench bench-e2e cluster-up cluster-down tools clean manifests demo
 
 all: build
 
+## build: the binaries into bin/, stamped with VERSION and COMMIT (see --version)
 build:
-	$(GO) build -o $(BIN)/ $(addprefix ./cmd/,$(CMDS))
+	$(GO) build -ldflags "$(LDFLAGS)" -o $(BIN)/ $(addprefix ./cmd/,$(CMDS))
 
 ## generate: regenerate deepcopy, clientset, listers, informers and CRDs from client/apis, and
 ## copy the CRDs into the Helm chart
