@@ -20,7 +20,9 @@ import (
 	"time"
 
 	v1 "github.com/google/go-containerregistry/pkg/v1"
+	"github.com/google/go-containerregistry/pkg/v1/layout"
 	"github.com/google/go-containerregistry/pkg/v1/types"
+	"github.com/google/go-containerregistry/pkg/v1/validate"
 )
 
 var testTime = time.Unix(1700000000, 0).UTC()
@@ -234,8 +236,45 @@ func TestWriteLayout(t *testing.T) {
 	if !bytes.Equal(out.Bytes(), again.Bytes()) {
 		t.Fatal("two layouts of the same index differ")
 	}
+	checkLayoutReadable(t, content)
 	if err := WriteLayout(io.Discard, Tagged{Ref: "no-tag", Index: idx}); err == nil {
 		t.Fatal("a reference without a tag was accepted")
+	}
+}
+
+// checkLayoutReadable writes the layout's files to a folder, reads it back with
+// go-containerregistry's layout reader and validates every manifest, config and layer digest.
+func checkLayoutReadable(t *testing.T, content map[string][]byte) {
+	t.Helper()
+	dir := t.TempDir()
+	for name, b := range content {
+		if strings.HasSuffix(name, "/") {
+			continue
+		}
+		path := filepath.Join(dir, filepath.FromSlash(name))
+		if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(path, b, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	top, err := layout.ImageIndexFromPath(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, err := top.IndexManifest()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, d := range m.Manifests {
+		idx, err := top.ImageIndex(d.Digest)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := validate.Index(idx); err != nil {
+			t.Fatalf("layout index %s: %v", d.Digest, err)
+		}
 	}
 }
 
