@@ -5,12 +5,44 @@ GO ?= go
 BIN := bin
 CMDS := $(notdir $(wildcard cmd/*))
 
-.PHONY: all build generate verify test test-unit fuzz crash bench bench-e2e cluster-up cluster-down tools clean manifests demo
+# The one version source: every binary's --version, the images' tags and labels and the chart's
+# appVersion come from here (override with `make VERSION=v1.2.3 ...`).
+VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo devel)
+COMMIT ?= $(shell git rev-parse HEAD 2>/dev/null || echo unknown)
+VERSION_PKG := github.com/shutter-csi/shutter/pkg/version
+LDFLAGS := -X $(VERSION_PKG).Version=$(VERSION) -X $(VERSION_PKG).Commit=$(COMMIT)
+# The chart's version: VERSION without its "v" when it starts with a semantic version, otherwise
+# 0.0.0-g<VERSION> (a commit without a tag); the chart's appVersion is VERSION, the images' tag.
+CHART_VERSION ?= $(shell echo '$(VERSION)' | sed -E 's/^v([0-9]+\.[0-9]+\.[0-9]+)/\1/; t; s/^/0.0.0-g/')
+# Every file time and image creation time: the commit's time, so a commit's images are reproducible.
+SOURCE_DATE_EPOCH ?= $(shell git log -1 --format=%ct 2>/dev/null || echo 0)
+
+.PHONY: all build images chart generate verify test test-unit fuzz crash bench bench-e2e cluster-up cluster-down tools clean manifests demo
 
 all: build
 
+## build: the binaries into bin/, stamped with VERSION and COMMIT (see --version)
 build:
-	$(GO) build -o $(BIN)/ $(addprefix ./cmd/,$(CMDS))
+	$(GO) build -ldflags "$(LDFLAGS)" -o $(BIN)/ $(addprefix ./cmd/,$(CMDS))
+
+## images: one OCI image index (linux/amd64 + linux/arm64) per component, built without a container
+## engine, as OCI layout tars in bin/images/<component>.tar named <registry>/<component>:$(VERSION)
+## for `ctr -n k8s.io images import` or `kind load image-archive`. PUSH=<registry/prefix> also pushes
+## them (docker config credentials) and prints each digest; IMAGE_REGISTRY (the names in the tars,
+## default the chart's global.imageRegistry), PLATFORMS, CA_CERTS (a PEM bundle, default the
+## machine's /etc/ssl/certs/ca-certificates.crt) and ONLY (components) change what is built
+images:
+	SOURCE_DATE_EPOCH=$(SOURCE_DATE_EPOCH) $(GO) run ./hack/images -version="$(VERSION)" -commit="$(COMMIT)" \
+		-ldflags="$(LDFLAGS)" -out=$(BIN)/images $(if $(IMAGE_REGISTRY),-registry=$(IMAGE_REGISTRY)) \
+		$(if $(PLATFORMS),-platforms=$(PLATFORMS)) $(if $(CA_CERTS),-ca-certificates=$(CA_CERTS)) \
+		$(if $(ONLY),-only=$(ONLY)) $(if $(PUSH),-push=$(PUSH))
+
+## chart: lint deploy/helm/shutter and package it into bin/shutter-$(CHART_VERSION).tgz with appVersion
+## $(VERSION), the tag `make images` gives the images
+chart:
+	helm="$$(hack/build-tools.sh helm | tail -1)/helm" && \
+		"$$helm" lint deploy/helm/shutter && \
+		"$$helm" package deploy/helm/shutter --version "$(CHART_VERSION)" --app-version "$(VERSION)" --destination $(BIN)
 
 ## generate: regenerate deepcopy, clientset, listers, informers and CRDs from client/apis, and
 ## copy the CRDs into the Helm chart

@@ -15,10 +15,8 @@ import (
 
 	"github.com/shutter-csi/shutter/pkg/app"
 	"github.com/shutter-csi/shutter/pkg/sidecar"
+	"github.com/shutter-csi/shutter/pkg/version"
 )
-
-// version is set at build time with -ldflags "-X main.version=...".
-var version = "devel"
 
 func main() {
 	opts, showVersion, err := parseFlags(os.Args[1:])
@@ -30,7 +28,7 @@ func main() {
 		os.Exit(2)
 	}
 	if showVersion {
-		fmt.Println("csi-snapshotter", version)
+		fmt.Println("csi-snapshotter", version.String())
 		return
 	}
 	app.TuneRuntime(opts.HTTP.Profiling)
@@ -39,7 +37,7 @@ func main() {
 	defer stop()
 	logger := klog.Background()
 	ctx = klog.NewContext(ctx, logger)
-	logger.Info("Starting csi-snapshotter", "version", version)
+	logger.Info("Starting csi-snapshotter", "version", version.Version, "commit", version.Commit)
 	if err := sidecar.Run(ctx, opts); err != nil {
 		logger.Error(err, "csi-snapshotter failed")
 		klog.FlushAndExit(klog.ExitFlushTimeout, 1)
@@ -71,6 +69,9 @@ func parseFlags(args []string) (sidecar.Options, bool, error) {
 	if err := fs.Parse(args); err != nil {
 		return opts, false, err
 	}
+	if *showVersion {
+		return opts, true, nil
+	}
 	if fs.NArg() > 0 {
 		return opts, false, fmt.Errorf("unexpected arguments: %v", fs.Args())
 	}
@@ -85,5 +86,5 @@ func parseFlags(args []string) (sidecar.Options, bool, error) {
 	if opts.Workers <= 0 || opts.Timeout <= 0 || opts.RetryIntervalStart <= 0 || opts.RetryIntervalMax < opts.RetryIntervalStart {
 		return opts, false, errors.New("--worker-threads and --timeout must be positive, and --retry-interval-max at least --retry-interval-start")
 	}
-	return opts, *showVersion, nil
+	return opts, false, nil
 }

@@ -64,3 +64,15 @@ type optsView struct {
 	uuidLength                         int
 	extra                              bool
 }
+
+// TestVersionFlag: --version is answered before any other check (here the missing NODE_NAME).
+func TestVersionFlag(t *testing.T) {
+	t.Setenv("NODE_NAME", "")
+	_, showVersion, err := parseFlags([]string{"--version", "--node-deployment"})
+	if err != nil || !showVersion {
+		t.Fatalf("showVersion %t, err %v", showVersion, err)
+	}
+	if _, showVersion, _ := parseFlags(nil); showVersion {
+		t.Fatal("showVersion without --version")
+	}
+}

@@ -17,10 +17,11 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/shutter-csi/shutter/pkg/hostpath"
+	"github.com/shutter-csi/shutter/pkg/version"
 )
 
 func main() {
-	opts, err := parseFlags(os.Args[1:])
+	opts, showVersion, err := parseFlags(os.Args[1:])
 	if errors.Is(err, flag.ErrHelp) {
 		os.Exit(0)
 	}
@@ -28,9 +29,14 @@ func main() {
 		fmt.Fprintf(os.Stderr, "hostpath-driver: %v\nRun 'hostpath-driver --help' for usage.\n", err)
 		os.Exit(2)
 	}
+	if showVersion {
+		fmt.Println("hostpath-driver", version.String())
+		return
+	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
 	ctx = klog.NewContext(ctx, klog.Background())
+	klog.Background().Info("Starting hostpath-driver", "version", version.Version, "commit", version.Commit)
 	if err := hostpath.Run(ctx, opts); err != nil {
 		klog.Background().Error(err, "Driver failed")
 		klog.Flush()
@@ -39,8 +45,9 @@ func main() {
 	klog.Flush()
 }
 
-// parseFlags turns the command line into validated driver options.
-func parseFlags(args []string) (hostpath.Options, error) {
+// parseFlags turns the command line into validated driver options, or reports that --version
+// was asked for.
+func parseFlags(args []string) (hostpath.Options, bool, error) {
 	opts := hostpath.DefaultOptions()
 	fs := flag.NewFlagSet("hostpath-driver", flag.ContinueOnError)
 	fs.Usage = func() {
@@ -75,19 +82,22 @@ func parseFlags(args []string) (hostpath.Options, error) {
 		"longest time pods stay frozen for one group snapshot; a copy that takes longer thaws them and fails with Unavailable,\n"+
 			"and after three such timeouts in a row with FailedPrecondition, for good")
 	fs.StringVar(&opts.CgroupRoot, "cgroup-root", opts.CgroupRoot, "where the node's cgroup filesystem is mounted (the unified hierarchy, or the folder of the v1 hierarchies)")
-	fs.StringVar(&opts.Version, "version-string", opts.Version, "vendor version reported by GetPluginInfo")
 	fs.StringVar(&opts.HTTPEndpoint, "http-endpoint", opts.HTTPEndpoint, "TCP address to serve /metrics on, e.g. :8080; empty serves nothing")
+	showVersion := fs.Bool("version", false, "print the version and exit (GetPluginInfo reports the same version)")
 	klogFlags := flag.NewFlagSet("klog", flag.ContinueOnError)
 	klog.InitFlags(klogFlags)
 	klogFlags.VisitAll(func(f *flag.Flag) { fs.Var(f.Value, f.Name, "klog: "+f.Usage) })
 	if err := fs.Parse(args); err != nil {
-		return opts, err
+		return opts, false, err
+	}
+	if *showVersion {
+		return opts, true, nil
 	}
 	if fs.NArg() > 0 {
-		return opts, fmt.Errorf("unexpected arguments: %v", fs.Args())
+		return opts, false, fmt.Errorf("unexpected arguments: %v", fs.Args())
 	}
 	opts.MutableParameters = splitList(*mutable)
-	return opts, opts.Validate()
+	return opts, false, opts.Validate()
 }
 
 func splitList(s string) []string {

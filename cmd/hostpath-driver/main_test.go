@@ -6,6 +6,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/shutter-csi/shutter/pkg/version"
 )
 
 func TestParseFlags(t *testing.T) {
@@ -26,10 +28,10 @@ func TestParseFlags(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			opts, err := parseFlags(tt.args)
+			opts, showVersion, err := parseFlags(tt.args)
 			if tt.wantErr == "" {
-				if err != nil {
-					t.Fatal(err)
+				if err != nil || showVersion {
+					t.Fatalf("err %v, showVersion %t", err, showVersion)
 				}
 				if opts.NodeID != "n1" || !opts.EnableAttach || opts.MaxVolumesPerNode != 3 || opts.DriverName != "hostpath.csi.shutter.dev" ||
 					opts.GroupSnapshotQuiesce || opts.GroupSnapshotQuiesceTimeout != 5*time.Second || opts.SocketGroup != -1 {
@@ -44,14 +46,29 @@ func TestParseFlags(t *testing.T) {
 	}
 }
 
+func TestVersionFlag(t *testing.T) {
+	opts, showVersion, err := parseFlags([]string{"--version"})
+	if err != nil || !showVersion {
+		t.Fatalf("--version alone: showVersion %t, err %v", showVersion, err)
+	}
+	if opts.Version != version.Version {
+		t.Fatalf("GetPluginInfo would report %q, want the build's version %q", opts.Version, version.Version)
+	}
+	if _, _, err := parseFlags([]string{"--nodeid=n1", "--version-string=x"}); err == nil {
+		t.Fatal("the old --version-string flag is still accepted")
+	}
+}
+
 // TestBinaryUsage runs the built command: --help documents every flag and
-// exits 0; an invalid flag exits 2 with a clear message.
+// exits 0; an invalid flag exits 2 with a clear message; --version prints the
+// version and commit stamped at link time.
 func TestBinaryUsage(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds the binary")
 	}
 	bin := t.TempDir() + "/hostpath-driver"
-	if out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput(); err != nil {
+	const stamp = "-X github.com/shutter-csi/shutter/pkg/version.Version=v9.8.7-test -X github.com/shutter-csi/shutter/pkg/version.Commit=0123abcd"
+	if out, err := exec.Command("go", "build", "-ldflags", stamp, "-o", bin, ".").CombinedOutput(); err != nil {
 		t.Fatalf("build: %v\n%s", err, out)
 	}
 	var out bytes.Buffer
@@ -62,7 +79,7 @@ func TestBinaryUsage(t *testing.T) {
 	}
 	for _, f := range []string{"-endpoint", "-nodeid", "-drivername", "-datadir", "-capacity", "-max-volume-size",
 		"-enable-topology", "-enable-attach", "-max-volumes-per-node", "-enable-snapshot-metadata", "-mutable-parameters", "-fsync",
-		"-group-snapshot-quiesce\n", "-group-snapshot-quiesce-timeout", "-v "} {
+		"-group-snapshot-quiesce\n", "-group-snapshot-quiesce-timeout", "-version", "-v "} {
 		if !strings.Contains(out.String(), f) {
 			t.Errorf("--help does not document %s", f)
 		}
@@ -73,5 +90,9 @@ func TestBinaryUsage(t *testing.T) {
 	err := cmd.Run()
 	if ee, ok := err.(*exec.ExitError); !ok || ee.ExitCode() != 2 || !strings.Contains(out.String(), "only unix://") {
 		t.Fatalf("invalid flag: err=%v output=%s", err, out.String())
+	}
+	got, err := exec.Command(bin, "--version").Output()
+	if err != nil || string(got) != "hostpath-driver v9.8.7-test (commit 0123abcd)\n" {
+		t.Fatalf("--version: err=%v output=%q", err, got)
 	}
 }

@@ -5,6 +5,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"os"
@@ -22,8 +23,37 @@ import (
 )
 
 func main() {
+	opts, showVersion, err := parseFlags(os.Args[1:])
+	if errors.Is(err, flag.ErrHelp) {
+		os.Exit(0)
+	}
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "%s: %v\nRun '%s --help' for usage.\n", snapshot.Name, err, snapshot.Name)
+		os.Exit(2)
+	}
+	if showVersion {
+		fmt.Println(snapshot.Name, version.String())
+		return
+	}
+	app.TuneRuntime(opts.HTTP.Profiling)
+	app.PreferListResponses()
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	logger := klog.Background().WithName(snapshot.Name)
+	ctx = klog.NewContext(ctx, logger)
+	logger.Info("Starting", "version", version.Version, "commit", version.Commit)
+	if err := snapshot.Run(ctx, opts); err != nil {
+		logger.Error(err, "Exiting")
+		klog.FlushAndExit(klog.ExitFlushTimeout, 1)
+	}
+	klog.Flush()
+}
+
+// parseFlags turns the command line into controller options, or reports that --version was
+// asked for.
+func parseFlags(args []string) (snapshot.RunOptions, bool, error) {
 	var opts snapshot.RunOptions
-	fs := flag.NewFlagSet(snapshot.Name, flag.ExitOnError)
+	fs := flag.NewFlagSet(snapshot.Name, flag.ContinueOnError)
 	klog.InitFlags(fs)
 	// Client-side limits sized so that hundreds of snapshots created at once are not throttled;
 	// API Priority and Fairness protects the server. See the README.
@@ -41,30 +71,17 @@ func main() {
 	gates := featureGates{"CSIVolumeGroupSnapshot": true}
 	fs.Var(gates, "feature-gates", "Comma-separated Name=true|false pairs. CSIVolumeGroupSnapshot (default true) reconciles VolumeGroupSnapshots.")
 	showVersion := fs.Bool("version", false, "Print the version and exit.")
-	_ = fs.Parse(os.Args[1:])
+	if err := fs.Parse(args); err != nil {
+		return opts, false, err
+	}
 	if *showVersion {
-		fmt.Println(snapshot.Name, version.Version)
-		return
+		return opts, true, nil
 	}
 	if fs.NArg() > 0 {
-		fmt.Fprintf(os.Stderr, "%s: unexpected arguments %v\n", snapshot.Name, fs.Args())
-		os.Exit(2)
+		return opts, false, fmt.Errorf("unexpected arguments: %v", fs.Args())
 	}
-
 	opts.Controller.Groups = gates["CSIVolumeGroupSnapshot"]
-
-	app.TuneRuntime(opts.HTTP.Profiling)
-	app.PreferListResponses()
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
-	logger := klog.Background().WithName(snapshot.Name)
-	ctx = klog.NewContext(ctx, logger)
-	logger.Info("Starting", "version", version.Version)
-	if err := snapshot.Run(ctx, opts); err != nil {
-		logger.Error(err, "Exiting")
-		klog.FlushAndExit(klog.ExitFlushTimeout, 1)
-	}
-	klog.Flush()
+	return opts, false, nil
 }
 
 // featureGates is the --feature-gates flag: known names only, each true or false.

@@ -16,10 +16,8 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/shutter-csi/shutter/pkg/conversion"
+	"github.com/shutter-csi/shutter/pkg/version"
 )
-
-// version is set at build time with -ldflags "-X main.version=...".
-var version = "devel"
 
 func main() {
 	opts, showVersion, err := parseFlags(os.Args[1:])
@@ -31,14 +29,14 @@ func main() {
 		os.Exit(2)
 	}
 	if showVersion {
-		fmt.Println("snapshot-conversion-webhook", version)
+		fmt.Println("snapshot-conversion-webhook", version.String())
 		return
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
 	logger := klog.Background()
 	ctx = klog.NewContext(ctx, logger)
-	logger.Info("Starting snapshot-conversion-webhook", "version", version)
+	logger.Info("Starting snapshot-conversion-webhook", "version", version.Version, "commit", version.Commit)
 	if err := conversion.Run(ctx, opts); err != nil {
 		logger.Error(err, "snapshot-conversion-webhook failed")
 		klog.FlushAndExit(klog.ExitFlushTimeout, 1)

@@ -6,6 +6,8 @@ import (
 	"path/filepath"
 	"strings"
 	"time"
+
+	"github.com/shutter-csi/shutter/pkg/version"
 )
 
 // DefaultDriverName is the CSI driver name used when none is configured.
@@ -23,7 +25,7 @@ type Options struct {
 	NodeID string
 	// DriverName is reported by GetPluginInfo.
 	DriverName string
-	// Version is reported by GetPluginInfo.
+	// Version is reported by GetPluginInfo (vendor_version); by default the build's version.
 	Version string
 	// DataDir holds volume data, snapshot data and the state records.
 	DataDir string
@@ -78,7 +80,7 @@ func DefaultOptions() Options {
 		Endpoint:          "unix:///csi/csi.sock",
 		SocketGroup:       -1,
 		DriverName:        DefaultDriverName,
-		Version:           "v0.1.0",
+		Version:           version.Version,
 		DataDir:           "/var/lib/csi-hostpath-data",
 		Capacity:          100 << 30,
 		MaxVolumeSize:     1 << 40,

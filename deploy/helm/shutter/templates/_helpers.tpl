@@ -63,9 +63,12 @@ seccompProfile:
   type: RuntimeDefault
 {{- end -}}
 
-{{/* Hardened like the restricted profile, but run as the image's user: sidecars that share the
-driver's root-owned socket must be able to open it. */}}
+{{/* Hardened like the restricted profile, but run as root: sidecars that share the driver's
+root-owned socket must be able to open it (Shutter's csi-snapshotter image runs as 65532 by
+default, for drivers whose socket it may open as that user). */}}
 {{- define "shutter.socketContainer" -}}
+runAsUser: 0
+runAsGroup: 0
 allowPrivilegeEscalation: false
 readOnlyRootFilesystem: true
 capabilities:
