@@ -1,10 +1,12 @@
 #!/usr/bin/env bash
 # build-tools.sh builds the binaries Shutter's tests and demo run beside it (etcd, kube-apiserver,
-# kube-controller-manager, kubectl, helm) from the pinned modules under hack/tools, into a per-user
-# cache folder keyed by the pinned versions. It rebuilds only what is missing and prints the folder
-# that holds the binaries as its last line.
+# kube-controller-manager, kubectl, helm; for the local node kube-scheduler, kubelet, containerd,
+# ctr, containerd-shim-runc-v2, runc, the CNI loopback plugin and csi-provisioner) from the pinned
+# modules under hack/tools, into a per-user cache folder keyed by the pinned versions. It rebuilds
+# only what is missing and prints the folder that holds the binaries as its last line.
 #
-# Usage: hack/build-tools.sh [binary...]   (default: the control plane, kubectl and helm)
+# Usage: hack/build-tools.sh [binary|node...]   (default: the control plane, kubectl and helm;
+#        "node" stands for every binary of the local node)
 set -euo pipefail
 
 root=$(cd "$(dirname "$0")/.." && pwd)
@@ -21,6 +23,9 @@ declare -A module=(
   [etcd]=etcd [kube-apiserver]=kube [kube-controller-manager]=kube [kubectl]=kube [helm]=helm
   [controller-gen]=codegen [client-gen]=codegen [deepcopy-gen]=codegen [informer-gen]=codegen
   [lister-gen]=codegen
+  [kube-scheduler]=kubenode [kubelet]=kubenode
+  [containerd]=containerd [ctr]=containerd [containerd-shim-runc-v2]=containerd
+  [runc]=runc [loopback]=cni [csi-provisioner]=provisioner
 )
 declare -A main=(
   [etcd]=go.etcd.io/etcd/server/v3
@@ -33,18 +38,50 @@ declare -A main=(
   [deepcopy-gen]=k8s.io/code-generator/cmd/deepcopy-gen
   [informer-gen]=k8s.io/code-generator/cmd/informer-gen
   [lister-gen]=k8s.io/code-generator/cmd/lister-gen
+  [kube-scheduler]=k8s.io/kubernetes/cmd/kube-scheduler
+  [kubelet]=k8s.io/kubernetes/cmd/kubelet
+  [containerd]=github.com/containerd/containerd/v2/cmd/containerd
+  [ctr]=github.com/containerd/containerd/v2/cmd/ctr
+  [containerd-shim-runc-v2]=github.com/containerd/containerd/v2/cmd/containerd-shim-runc-v2
+  [runc]=github.com/opencontainers/runc
+  [loopback]=github.com/containernetworking/plugins/plugins/main/loopback
+  [csi-provisioner]=github.com/kubernetes-csi/external-provisioner/v6/cmd/csi-provisioner
 )
 declare -A minutes=([etcd]=3 [kube-apiserver]=8 [kube-controller-manager]=3 [kubectl]=2 [helm]=3
-  [controller-gen]=1 [client-gen]=1 [deepcopy-gen]=1 [informer-gen]=1 [lister-gen]=1)
+  [controller-gen]=1 [client-gen]=1 [deepcopy-gen]=1 [informer-gen]=1 [lister-gen]=1
+  [kube-scheduler]=3 [kubelet]=5 [containerd]=5 [ctr]=2 [containerd-shim-runc-v2]=1 [runc]=1
+  [loopback]=1 [csi-provisioner]=3)
+# runc needs cgo (its nsenter part is C); it is built without seccomp and libpathrs, which need C
+# libraries this repository does not install. Everything else is static.
+declare -A cgo=([runc]=1)
+declare -A tags=([runc]=urfave_cli_no_docs)
+declare -A ldflags=(
+  [containerd]="-X github.com/containerd/containerd/v2/version.Version=v2.4.2"
+  [ctr]="-X github.com/containerd/containerd/v2/version.Version=v2.4.2"
+  [containerd-shim-runc-v2]="-X github.com/containerd/containerd/v2/version.Version=v2.4.2"
+  [runc]="-X main.version=1.5.3"
+)
+node=(kube-scheduler kubelet containerd ctr containerd-shim-runc-v2 runc loopback csi-provisioner)
 
-wanted=("$@")
+wanted=()
+for arg in "$@"; do
+  if [ "$arg" = node ]; then wanted+=("${node[@]}"); else wanted+=("$arg"); fi
+done
 [ ${#wanted[@]} -gt 0 ] || wanted=(etcd kube-apiserver kube-controller-manager kubectl helm)
+
+# kubelet and kube-scheduler must be of the control plane's version.
+kube_version() { sed -n 's#^require k8s.io/kubernetes \(v[^ ]*\).*#\1#p' "$tools/$1/go.mod"; }
+if [ "$(kube_version kube)" != "$(kube_version kubenode)" ]; then
+  echo "build-tools: hack/tools/kube and hack/tools/kubenode pin different k8s.io/kubernetes" >&2
+  exit 2
+fi
 
 build() {
   local name=$1 out=$2 start=$SECONDS pid
   echo "build-tools: building $name into $bin (cold: about ${minutes[$name]} min; cached afterwards)" >&2
   (cd "$tools/${module[$name]}" &&
-    GOWORK=off CGO_ENABLED=0 GOFLAGS=-mod=mod go build -trimpath -ldflags "-s -w" -o "$out.tmp" "${main[$name]}") &
+    GOWORK=off CGO_ENABLED=${cgo[$name]:-0} GOFLAGS=-mod=mod go build -trimpath -tags "${tags[$name]:-}" \
+      -ldflags "-s -w ${ldflags[$name]:-}" -o "$out.tmp" "${main[$name]}") &
   pid=$!
   while kill -0 "$pid" 2>/dev/null; do
     sleep 5
@@ -60,7 +97,9 @@ build() {
 for name in "${wanted[@]}"; do
   [ -n "${main[$name]:-}" ] || { echo "build-tools: unknown binary $name" >&2; exit 2; }
   dir=${module[$name]}
-  key=$( (go env GOVERSION; cat "$tools/$dir/go.mod" "$tools/$dir/go.sum") | sha256sum | cut -c1-12)
+  flags="${cgo[$name]:-}${tags[$name]:-}${ldflags[$name]:-}"
+  key=$( (go env GOVERSION; [ -z "$flags" ] || echo "$flags"; cat "$tools/$dir/go.mod" "$tools/$dir/go.sum") |
+    sha256sum | cut -c1-12)
   out="$cache/build/$dir-$key/$name"
   mkdir -p "$(dirname "$out")"
   if [ ! -x "$out" ]; then
