@@ -73,6 +73,12 @@ func parseFlags(args []string) (hostpath.Options, error) {
 			"(cgroup v2 cgroup.freeze or the v1 freezer), otherwise they get SIGSTOP and SIGCONT. Needs root and the node's PID namespace")
 	fs.DurationVar(&opts.GroupSnapshotQuiesceTimeout, "group-snapshot-quiesce-timeout", opts.GroupSnapshotQuiesceTimeout,
 		"longest time processes stay stopped for one group snapshot; a copy that takes longer resumes them and fails with Unavailable")
+	fs.StringVar(&opts.KubeletRegistrationPath, "kubelet-registration-path", opts.KubeletRegistrationPath,
+		"register with kubelet, giving it this path of the CSI socket as kubelet sees it (a host path such as\n"+
+			"/var/lib/kubelet/plugins/<driver>/csi.sock); replaces the node-driver-registrar container. Empty: do not register")
+	fs.StringVar(&opts.RegistrationSocket, "registration-socket", opts.RegistrationSocket,
+		"with --kubelet-registration-path, the socket to serve kubelet's plugin registration on, in kubelet's plugins_registry\n"+
+			"folder (default /registration/<drivername>-reg.sock)")
 	fs.StringVar(&opts.Version, "version-string", opts.Version, "vendor version reported by GetPluginInfo")
 	klogFlags := flag.NewFlagSet("klog", flag.ContinueOnError)
 	klog.InitFlags(klogFlags)
