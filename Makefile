@@ -5,7 +5,7 @@ GO ?= go
 BIN := bin
 CMDS := $(notdir $(wildcard cmd/*))
 
-.PHONY: all build generate verify test test-unit bench bench-e2e cluster-up cluster-down tools clean manifests demo
+.PHONY: all build generate verify test test-unit bench bench-e2e cluster-up cluster-down tools tools-node clean manifests demo
 
 all: build
 
@@ -53,6 +53,11 @@ bench-e2e:
 ## tools: build (or find cached) etcd, kube-apiserver, kube-controller-manager, kubectl and helm
 tools:
 	hack/build-tools.sh
+
+## tools-node: build (or find cached) the local node's binaries: kubelet, kube-scheduler, containerd,
+## ctr, the runc shim, runc, the CNI loopback plugin and csi-provisioner
+tools-node:
+	hack/build-tools.sh node
 
 ## cluster-up / cluster-down: a local control plane for development (prints the KUBECONFIG)
 cluster-up:

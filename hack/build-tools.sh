@@ -5,8 +5,9 @@
 # modules under hack/tools, into a per-user cache folder keyed by the pinned versions. It rebuilds
 # only what is missing and prints the folder that holds the binaries as its last line.
 #
-# Usage: hack/build-tools.sh [binary|node...]   (default: the control plane, kubectl and helm;
-#        "node" stands for every binary of the local node)
+# Usage: hack/build-tools.sh [--check] [binary|node...]   (default: the control plane, kubectl and
+#        helm; "node" stands for every binary of the local node). With --check it builds nothing
+#        and exits 3 when one of the binaries is not built.
 set -euo pipefail
 
 root=$(cd "$(dirname "$0")/.." && pwd)
@@ -51,10 +52,11 @@ declare -A minutes=([etcd]=3 [kube-apiserver]=8 [kube-controller-manager]=3 [kub
   [controller-gen]=1 [client-gen]=1 [deepcopy-gen]=1 [informer-gen]=1 [lister-gen]=1
   [kube-scheduler]=3 [kubelet]=5 [containerd]=5 [ctr]=2 [containerd-shim-runc-v2]=1 [runc]=1
   [loopback]=1 [csi-provisioner]=3)
-# runc needs cgo (its nsenter part is C); it is built without seccomp and libpathrs, which need C
-# libraries this repository does not install. Everything else is static.
+# runc needs cgo (its nsenter part is C) and libseccomp's headers for seccomp, which pods'
+# RuntimeDefault profile needs (installed with apt when missing); it is built without libpathrs.
+# Everything else is static.
 declare -A cgo=([runc]=1)
-declare -A tags=([runc]=urfave_cli_no_docs)
+declare -A tags=([runc]="seccomp urfave_cli_no_docs")
 declare -A ldflags=(
   [containerd]="-X github.com/containerd/containerd/v2/version.Version=v2.4.2"
   [ctr]="-X github.com/containerd/containerd/v2/version.Version=v2.4.2"
@@ -63,9 +65,14 @@ declare -A ldflags=(
 )
 node=(kube-scheduler kubelet containerd ctr containerd-shim-runc-v2 runc loopback csi-provisioner)
 
+check=false
 wanted=()
 for arg in "$@"; do
-  if [ "$arg" = node ]; then wanted+=("${node[@]}"); else wanted+=("$arg"); fi
+  case "$arg" in
+  --check) check=true ;;
+  node) wanted+=("${node[@]}") ;;
+  *) wanted+=("$arg") ;;
+  esac
 done
 [ ${#wanted[@]} -gt 0 ] || wanted=(etcd kube-apiserver kube-controller-manager kubectl helm)
 
@@ -76,8 +83,21 @@ if [ "$(kube_version kube)" != "$(kube_version kubenode)" ]; then
   exit 2
 fi
 
+# needs_seccomp makes sure libseccomp's development files are there for runc's cgo build.
+needs_seccomp() {
+  pkg-config --exists libseccomp 2>/dev/null && return 0
+  if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
+    echo "build-tools: installing libseccomp-dev (runc's seccomp support)" >&2
+    apt-get install -y --no-install-recommends libseccomp-dev >&2 ||
+      { apt-get update >&2 && apt-get install -y --no-install-recommends libseccomp-dev >&2; }
+  fi
+  pkg-config --exists libseccomp 2>/dev/null ||
+    { echo "build-tools: runc needs libseccomp's development files (Debian: apt-get install libseccomp-dev)" >&2; exit 2; }
+}
+
 build() {
-  local name=$1 out=$2 start=$SECONDS pid
+  local name=$1 out=$2 start=$SECONDS pid next=30
+  [ "$name" != runc ] || needs_seccomp
   echo "build-tools: building $name into $bin (cold: about ${minutes[$name]} min; cached afterwards)" >&2
   (cd "$tools/${module[$name]}" &&
     GOWORK=off CGO_ENABLED=${cgo[$name]:-0} GOFLAGS=-mod=mod go build -trimpath -tags "${tags[$name]:-}" \
@@ -85,8 +105,9 @@ build() {
   pid=$!
   while kill -0 "$pid" 2>/dev/null; do
     sleep 5
-    if kill -0 "$pid" 2>/dev/null && (((SECONDS - start) % 30 < 5)); then
+    if kill -0 "$pid" 2>/dev/null && ((SECONDS - start >= next)); then
       echo "build-tools: still building $name ($((SECONDS - start))s)" >&2
+      next=$((SECONDS - start + 30))
     fi
   done
   wait "$pid"
@@ -101,6 +122,11 @@ for name in "${wanted[@]}"; do
   key=$( (go env GOVERSION; [ -z "$flags" ] || echo "$flags"; cat "$tools/$dir/go.mod" "$tools/$dir/go.sum") |
     sha256sum | cut -c1-12)
   out="$cache/build/$dir-$key/$name"
+  if $check; then
+    [ -x "$out" ] || exit 3
+    ln -sfn "$out" "$bin/$name"
+    continue
+  fi
   mkdir -p "$(dirname "$out")"
   if [ ! -x "$out" ]; then
     # One build of a binary at a time: parallel test binaries and make targets share the result.

@@ -1,0 +1,250 @@
+// Package node tests the local node of test/cluster: a hostNetwork pod of a locally built image
+// runs on it and reaches the API server, and stopping the node leaves nothing behind on the host.
+// It needs root and the node's binaries (hack/build-tools.sh node; `make test` builds them).
+package node
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/kubernetes"
+
+	"github.com/shutter-csi/shutter/test/cluster"
+	"github.com/shutter-csi/shutter/test/testenv"
+)
+
+const probeImage = "localhost/shutter/apiprobe:test"
+
+func TestHostNetworkPodReachesAPIServer(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts a node; skipped with -short")
+	}
+	if os.Geteuid() != 0 {
+		t.Skip("the local node needs root (kubelet and containerd mount, make cgroups and set sysctls)")
+	}
+	tools := append([]string{"etcd", "kube-apiserver", "kube-controller-manager"}, cluster.NodeTools...)
+	bin, ok, err := testenv.BuiltTools(tools...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !ok {
+		t.Skip("the node's binaries are not built: run hack/build-tools.sh node (make test does)")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+	defer cancel()
+	dir := t.TempDir()
+	probe := filepath.Join(dir, "apiprobe.tar")
+	if err := cluster.BuildGoImage(ctx, filepath.Join(testenv.RepoRoot(), "test", "images", "apiprobe"), probeImage, "65532:65532", probe); err != nil {
+		t.Fatal(err)
+	}
+	before := snapshotHost(t)
+	stateDir := filepath.Join(dir, "cluster")
+	c, err := cluster.Start(ctx, cluster.Options{
+		Dir: stateDir, BinDir: bin, Progress: testWriter{t},
+		Node: &cluster.NodeOptions{Images: []string{probe}},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = c.Stop() })
+
+	cs, err := kubernetes.NewForConfig(c.Config)
+	if err != nil {
+		t.Fatal(err)
+	}
+	port := strings.TrimPrefix(c.URL, "https://127.0.0.1:")
+	pod := runProbe(t, ctx, cs, port)
+	logs, err := cs.CoreV1().Pods(pod.Namespace).GetLogs(pod.Name, &corev1.PodLogOptions{}).DoRaw(ctx)
+	if err != nil {
+		t.Fatalf("logs through kubelet: %v", err)
+	}
+	if want := "authenticated as system:serviceaccount:default:default"; !strings.Contains(string(logs), want) {
+		t.Errorf("probe logs %q, want %q", logs, want)
+	}
+
+	if err := c.Stop(); err != nil {
+		t.Errorf("Stop: %v", err)
+	}
+	after := snapshotHost(t)
+	after.assertSame(t, before)
+	assertNothingUnder(t, stateDir)
+	if err := c.Stop(); err != nil {
+		t.Errorf("second Stop: %v", err)
+	}
+}
+
+// runProbe runs the apiprobe image in a hostNetwork pod that reaches the API server on
+// 127.0.0.1 and waits until it has succeeded.
+func runProbe(t *testing.T, ctx context.Context, cs kubernetes.Interface, port string) *corev1.Pod {
+	t.Helper()
+	pod := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: "apiprobe", Namespace: "default"},
+		Spec: corev1.PodSpec{
+			HostNetwork:   true,
+			RestartPolicy: corev1.RestartPolicyNever,
+			Containers: []corev1.Container{{
+				Name: "probe", Image: probeImage, ImagePullPolicy: corev1.PullIfNotPresent,
+				Env: []corev1.EnvVar{
+					{Name: "KUBERNETES_SERVICE_HOST", Value: "127.0.0.1"},
+					{Name: "KUBERNETES_SERVICE_PORT", Value: port},
+				},
+			}},
+		},
+	}
+	// The default ServiceAccount appears once kube-controller-manager made it.
+	err := wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
+		_, err := cs.CoreV1().Pods("default").Create(ctx, pod, metav1.CreateOptions{})
+		return err == nil, nil
+	})
+	if err != nil {
+		t.Fatalf("create pod: %v", err)
+	}
+	var last *corev1.Pod
+	err = wait.PollUntilContextTimeout(ctx, 250*time.Millisecond, 3*time.Minute, true, func(ctx context.Context) (bool, error) {
+		last, err = cs.CoreV1().Pods("default").Get(ctx, pod.Name, metav1.GetOptions{})
+		if err != nil {
+			return false, err
+		}
+		if last.Status.Phase == corev1.PodFailed {
+			t.Fatalf("probe pod failed: %+v", last.Status)
+		}
+		return last.Status.Phase == corev1.PodSucceeded, nil
+	})
+	if err != nil {
+		events, _ := cs.CoreV1().Events("default").List(ctx, metav1.ListOptions{})
+		for _, e := range events.Items {
+			t.Logf("event %s %s: %s", e.InvolvedObject.Name, e.Reason, e.Message)
+		}
+		t.Fatalf("probe pod did not succeed: %v; status %+v", err, last.Status)
+	}
+	return last
+}
+
+// host is what the node may change on the host outside its state folder.
+type host struct {
+	sysctls map[string]string
+	cgroups map[string]bool // top-level cgroups of every hierarchy
+	// files in the folders where containerd's shims put their sockets and kubelet links logs
+	files map[string]bool
+}
+
+var kubeletSysctls = []string{
+	"vm/overcommit_memory", "vm/panic_on_oom", "kernel/panic", "kernel/panic_on_oops",
+	"kernel/keys/root_maxkeys", "kernel/keys/root_maxbytes",
+}
+
+func snapshotHost(t *testing.T) host {
+	t.Helper()
+	h := host{sysctls: map[string]string{}, cgroups: map[string]bool{}, files: map[string]bool{}}
+	for _, dir := range []string{"/run/containerd", "/run/containerd/s", "/var/log/containers"} {
+		entries, err := os.ReadDir(dir)
+		if err != nil {
+			continue
+		}
+		h.files[dir] = true
+		for _, e := range entries {
+			h.files[filepath.Join(dir, e.Name())] = true
+		}
+	}
+	for _, s := range kubeletSysctls {
+		data, err := os.ReadFile("/proc/sys/" + s)
+		if err != nil {
+			t.Fatal(err)
+		}
+		h.sysctls[s] = strings.TrimSpace(string(data))
+	}
+	for _, m := range mounts(t) {
+		if m.fsType != "cgroup" && m.fsType != "cgroup2" {
+			continue
+		}
+		entries, err := os.ReadDir(m.point)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, e := range entries {
+			if e.IsDir() {
+				h.cgroups[filepath.Join(m.point, e.Name())] = true
+			}
+		}
+	}
+	return h
+}
+
+func (h host) assertSame(t *testing.T, before host) {
+	t.Helper()
+	for name, v := range before.sysctls {
+		if h.sysctls[name] != v {
+			t.Errorf("sysctl %s = %s after stop, was %s", name, h.sysctls[name], v)
+		}
+	}
+	for cg := range h.cgroups {
+		if !before.cgroups[cg] {
+			t.Errorf("cgroup %s left behind", cg)
+		}
+	}
+	for f := range h.files {
+		if !before.files[f] {
+			t.Errorf("%s left behind", f)
+		}
+	}
+}
+
+// assertNothingUnder checks that no mount and no process refers to the state folder.
+func assertNothingUnder(t *testing.T, dir string) {
+	t.Helper()
+	for _, m := range mounts(t) {
+		if strings.HasPrefix(m.point, dir+"/") || m.point == dir {
+			t.Errorf("mount left behind: %s (%s)", m.point, m.fsType)
+		}
+	}
+	procs, err := os.ReadDir("/proc")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range procs {
+		pid, err := strconv.Atoi(p.Name())
+		if err != nil {
+			continue
+		}
+		cmdline, _ := os.ReadFile(filepath.Join("/proc", p.Name(), "cmdline"))
+		if strings.Contains(string(cmdline), dir) {
+			t.Errorf("process %d left behind: %s", pid, strings.ReplaceAll(string(cmdline), "\x00", " "))
+		}
+	}
+}
+
+type mount struct{ point, fsType string }
+
+func mounts(t *testing.T) []mount {
+	t.Helper()
+	data, err := os.ReadFile("/proc/self/mountinfo")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []mount
+	for _, line := range strings.Split(string(data), "\n") {
+		fields := strings.Fields(line)
+		for i, f := range fields {
+			if f == "-" && i+1 < len(fields) && len(fields) > 4 {
+				out = append(out, mount{point: fields[4], fsType: fields[i+1]})
+				break
+			}
+		}
+	}
+	return out
+}
+
+type testWriter struct{ t *testing.T }
+
+func (w testWriter) Write(p []byte) (int, error) {
+	w.t.Log(strings.TrimSpace(string(p)))
+	return len(p), nil
+}
