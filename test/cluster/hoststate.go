@@ -276,14 +276,22 @@ type sysctlState struct {
 	Holders []string `json:"holders"`
 }
 
+// procSys is where sysctls are read and written (a variable for tests).
+var procSys = "/proc/sys"
+
 func sysctlPath(name string) string {
-	return filepath.Join("/proc/sys", strings.ReplaceAll(name, ".", "/"))
+	return filepath.Join(procSys, strings.ReplaceAll(name, ".", "/"))
 }
 
-// holdSysctls records the kubelet sysctls' values unless a running node recorded them already,
-// and adds dir to the record's holders. Call it before kubelet starts.
+// holdSysctls records the kubelet sysctls' values unless the record holds them already, and adds
+// dir to the record's holders. Call it before kubelet starts, once containerd runs. Holders whose
+// node died without stopping (a killed test binary) are cleaned up and dropped on the way; their
+// record of the values stays, as kubelet has changed the values since.
 func holdSysctls(dir string) error {
 	return withSysctlRecord(func(st *sysctlState) error {
+		if err := dropDeadHolders(st, dir); err != nil {
+			return err
+		}
 		if st.Values == nil {
 			st.Values = map[string]string{}
 			for _, name := range kubeletSysctls {
@@ -301,14 +309,15 @@ func holdSysctls(dir string) error {
 	})
 }
 
-// releaseSysctls drops dir from the record's holders (and holders whose state folder is gone: a
-// crashed run's); when none is left it writes the recorded values back and removes the record.
+// releaseSysctls drops dir from the record's holders (and holders whose node died without
+// stopping, after cleaning up after them); when none is left it writes the recorded values back
+// and removes the record.
 func releaseSysctls(dir string) error {
 	return withSysctlRecord(func(st *sysctlState) error {
-		st.Holders = slices.DeleteFunc(st.Holders, func(h string) bool {
-			_, err := os.Stat(h)
-			return h == dir || errors.Is(err, os.ErrNotExist)
-		})
+		st.Holders = slices.DeleteFunc(st.Holders, func(h string) bool { return h == dir })
+		if err := dropDeadHolders(st, ""); err != nil {
+			return err
+		}
 		if len(st.Holders) > 0 || st.Values == nil {
 			return nil
 		}
@@ -320,6 +329,39 @@ func releaseSysctls(dir string) error {
 		st.Values = nil
 		return nil
 	})
+}
+
+// dropDeadHolders cleans up after every holder but self whose containerd no longer runs in its
+// node's cgroup, and drops it from the record.
+func dropDeadHolders(st *sysctlState, self string) error {
+	var errs []error
+	st.Holders = slices.DeleteFunc(st.Holders, func(h string) bool {
+		if h == self || isNodeAlive(h) {
+			return false
+		}
+		err := cleanHost(h)
+		errs = append(errs, err)
+		return err == nil
+	})
+	return errors.Join(errs...)
+}
+
+// isNodeAlive is nodeAlive (a variable for tests).
+var isNodeAlive = nodeAlive
+
+// nodeAlive tells whether the containerd of the node with state folder dir runs, in the node's
+// cgroup (a pid file of a dead node may name an unrelated process by now).
+func nodeAlive(dir string) bool {
+	data, err := os.ReadFile(filepath.Join(dir, "containerd.pid"))
+	if err != nil {
+		return false
+	}
+	pid, err := strconv.Atoi(strings.TrimSpace(string(data)))
+	if err != nil {
+		return false
+	}
+	cgroups, err := os.ReadFile(filepath.Join("/proc", strconv.Itoa(pid), "cgroup"))
+	return err == nil && strings.Contains(string(cgroups), "/"+nodeCgroup(dir)+"/")
 }
 
 // withSysctlRecord runs change on the record under an exclusive lock and writes the result back

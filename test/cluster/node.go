@@ -238,13 +238,17 @@ func (c *Cluster) stopNode() error {
 // cgroups, kubelet's links to the node's pod logs, and gives back the node's hold on the sysctls.
 // A second call finds nothing to do.
 func cleanNode(dir string) error {
+	return errors.Join(cleanHost(dir), releaseSysctls(dir))
+}
+
+// cleanHost is cleanNode but for the sysctls.
+func cleanHost(dir string) error {
 	p := newNodePaths(dir)
 	var errs []error
 	errs = append(errs, removeCgroup(nodeCgroup(dir)))
 	errs = append(errs, removeShimSockets(p))
 	errs = append(errs, unmountAll(p.dir))
 	errs = append(errs, removeLogLinks(p))
-	errs = append(errs, releaseSysctls(dir))
 	return errors.Join(errs...)
 }
 
