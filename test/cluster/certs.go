@@ -171,7 +171,7 @@ func writeCertificates(dir, nodeName string) error {
 		}{
 			{ca, certRequest{name: "node", cn: "system:node:" + nodeName, orgs: []string{"system:nodes"}}},
 			{ca, certRequest{name: "kubelet-serving", cn: nodeName, server: true,
-				ips: []net.IP{net.ParseIP("127.0.0.1")}, dnsNames: []string{nodeName, "localhost"}}},
+				ips: []net.IP{net.ParseIP("127.0.0.1")}, dnsNames: []string{"localhost"}}},
 		}...)
 	}
 	for _, r := range requests {

@@ -93,11 +93,7 @@ func Start(ctx context.Context, opts Options) (c *Cluster, err error) {
 	}()
 	nodeName := ""
 	if opts.Node != nil {
-		node := *opts.Node
-		if node.Name == "" {
-			node.Name = DefaultNodeName
-		}
-		opts.Node, nodeName = &node, node.Name
+		nodeName = NodeName
 	}
 	if err := writeCertificates(dir, nodeName); err != nil {
 		return nil, fmt.Errorf("certificates: %w", err)

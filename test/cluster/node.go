@@ -24,15 +24,15 @@ import (
 // and runs hostNetwork pods only (its one CNI network is loopback); nothing is ever pulled, so
 // every image a pod uses must be imported first (Images) and be used with IfNotPresent.
 type NodeOptions struct {
-	// Name of the Node; "" is DefaultNodeName.
-	Name string
 	// Images are OCI image-layout tars imported into the node's containerd (namespace k8s.io)
 	// before kubelet starts. The sandbox image is built and imported in any case.
 	Images []string
 }
 
-// DefaultNodeName is the node's name unless NodeOptions.Name says otherwise.
-const DefaultNodeName = "shutter-node"
+// NodeName is the node's name. It is its address too: kubelet refuses a loopback --node-ip, but
+// takes the address of a node named by one as it is; any other name would make kubelet pick the
+// address of the machine's default route, and the node's traffic must stay on loopback.
+const NodeName = "127.0.0.1"
 
 // NodeTools are the binaries the node runs, for hack/build-tools.sh.
 var NodeTools = []string{"kube-scheduler", "kubelet", "containerd", "ctr", "containerd-shim-runc-v2", "runc", "loopback"}
@@ -47,7 +47,7 @@ type nodePorts struct {
 
 // startNode starts containerd, kubelet and kube-scheduler and waits until the node is Ready.
 func (c *Cluster) startNode(ctx context.Context, opts Options, ports nodePorts) error {
-	name := opts.Node.Name
+	name := NodeName
 	p := newNodePaths(opts.Dir)
 	cgroup := nodeCgroup(opts.Dir)
 	c.node, c.KubeletDir = &p, p.kubeletRoot
@@ -131,7 +131,7 @@ func (c *Cluster) runNodeProcess(opts Options, name string, args []string, sub s
 func kubeletArgs(p nodePaths, name string) []string {
 	return []string{
 		"--config=" + p.kubeletConfig, "--kubeconfig=" + p.kubeconfig, "--root-dir=" + p.kubeletRoot,
-		"--hostname-override=" + name, "--node-ip=127.0.0.1",
+		"--hostname-override=" + name,
 	}
 }
 
