@@ -2,7 +2,6 @@ package cluster
 
 import (
 	"context"
-	"crypto/sha256"
 	"crypto/tls"
 	"errors"
 	"fmt"
@@ -11,7 +10,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strconv"
-	"strings"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -72,11 +70,8 @@ func (c *Cluster) startNode(ctx context.Context, opts Options, ports nodePorts) 
 	if err := writeKubeconfig(p.kubeconfig, c.URL, opts.Dir, "node"); err != nil {
 		return err
 	}
-	if _, err := os.Stat(containerLogDir); errors.Is(err, os.ErrNotExist) {
-		// kubelet makes it; the node's cleanup removes it again once it is empty.
-		if err := os.WriteFile(filepath.Join(p.dir, logDirMarker), nil, 0o600); err != nil {
-			return err
-		}
+	if err := recordHostDirs(p); err != nil {
+		return err
 	}
 	if err := createCgroup(cgroup); err != nil {
 		return fmt.Errorf("node cgroup: %w", err)
@@ -249,68 +244,6 @@ func cleanHost(dir string) error {
 	errs = append(errs, removeShimSockets(p))
 	errs = append(errs, unmountAll(p.dir))
 	errs = append(errs, removeLogLinks(p))
+	errs = append(errs, removeHostDirs(p))
 	return errors.Join(errs...)
-}
-
-// containerdRunDir is containerd's default state folder; whatever the state folder it is given,
-// its shims put their sockets in the s folder below (defaults.DefaultStateDir + "/s").
-const (
-	containerdRunDir = "/run/containerd"
-	shimSocketDir    = containerdRunDir + "/s"
-)
-
-// removeShimSockets removes the sockets of the node's shims. A shim that is killed leaves its
-// socket behind; its name is the SHA-256 of containerd's socket path, namespace and container.
-func removeShimSockets(p nodePaths) error {
-	tasks, err := os.ReadDir(filepath.Join(p.containerdState, "io.containerd.runtime.v2.task", "k8s.io"))
-	if errors.Is(err, os.ErrNotExist) {
-		return nil
-	} else if err != nil {
-		return err
-	}
-	for _, task := range tasks {
-		base := filepath.Join(p.containerdSocket, "k8s.io", task.Name())
-		for _, path := range []string{base, filepath.Join(base, "debug")} {
-			sock := filepath.Join(shimSocketDir, fmt.Sprintf("%x", sha256.Sum256([]byte(path))))
-			if err := os.Remove(sock); err != nil && !errors.Is(err, os.ErrNotExist) {
-				return err
-			}
-		}
-	}
-	// Only empty folders go: a containerd of the host keeps its shims' sockets there too. fifo
-	// is where ctr's clients keep their pipes.
-	for _, dir := range []string{shimSocketDir, filepath.Join(containerdRunDir, "fifo"), containerdRunDir} {
-		_ = os.Remove(dir)
-	}
-	return nil
-}
-
-// containerLogDir is where kubelet links every container's log, whatever its configuration.
-const containerLogDir = "/var/log/containers"
-
-// logDirMarker, in the node's folder, says that containerLogDir did not exist before the node.
-const logDirMarker = "made-container-log-dir"
-
-// removeLogLinks removes kubelet's links to the node's pod logs, and the link folder if the node
-// made it and it is left empty.
-func removeLogLinks(p nodePaths) error {
-	podLogs := p.podLogs
-	entries, err := os.ReadDir(containerLogDir)
-	if errors.Is(err, os.ErrNotExist) {
-		return nil
-	} else if err != nil {
-		return err
-	}
-	for _, e := range entries {
-		path := filepath.Join(containerLogDir, e.Name())
-		if target, err := os.Readlink(path); err == nil && strings.HasPrefix(target, podLogs+"/") {
-			if err := os.Remove(path); err != nil {
-				return err
-			}
-		}
-	}
-	if _, err := os.Stat(filepath.Join(p.dir, logDirMarker)); err == nil {
-		_ = os.Remove(containerLogDir)
-	}
-	return nil
 }

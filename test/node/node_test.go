@@ -60,6 +60,10 @@ func TestHostNetworkPodReachesAPIServer(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// kubelet has set its sysctls, so that the check after stopping means something.
+	if running := snapshotHost(t); running.sysctls["vm/overcommit_memory"] != "1" {
+		t.Errorf("vm.overcommit_memory = %s while kubelet runs, want kubelet's 1", running.sysctls["vm/overcommit_memory"])
+	}
 	port := strings.TrimPrefix(c.URL, "https://127.0.0.1:")
 	pod := runProbe(t, ctx, cs, port)
 	logs, err := cs.CoreV1().Pods(pod.Namespace).GetLogs(pod.Name, &corev1.PodLogOptions{}).DoRaw(ctx)
@@ -132,7 +136,7 @@ func runProbe(t *testing.T, ctx context.Context, cs kubernetes.Interface, port s
 type host struct {
 	sysctls map[string]string
 	cgroups map[string]bool // top-level cgroups of every hierarchy
-	// files in the folders where containerd's shims put their sockets and kubelet links logs
+	// folders containerd and kubelet use whatever they are told (or by default), and their files
 	files map[string]bool
 }
 
@@ -144,7 +148,8 @@ var kubeletSysctls = []string{
 func snapshotHost(t *testing.T) host {
 	t.Helper()
 	h := host{sysctls: map[string]string{}, cgroups: map[string]bool{}, files: map[string]bool{}}
-	for _, dir := range []string{"/run/containerd", "/run/containerd/s", "/var/log/containers"} {
+	for _, dir := range []string{"/run/containerd", "/run/containerd/s", "/var/log/containers",
+		"/var/lib/kubelet", "/var/lib/kubelet/device-plugins", "/etc/cni", "/opt/cni", "/var/lib/containerd"} {
 		entries, err := os.ReadDir(dir)
 		if err != nil {
 			continue
