@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -24,6 +25,81 @@ import (
 const probeImage = "localhost/shutter/apiprobe:test"
 
 func TestHostNetworkPodReachesAPIServer(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+	defer cancel()
+	n := startNode(t, ctx, true)
+	// kubelet has set its sysctls, so that the check after stopping means something.
+	if running := snapshotHost(t); running.sysctls["vm/overcommit_memory"] != "1" {
+		t.Errorf("vm.overcommit_memory = %s while kubelet runs, want kubelet's 1", running.sysctls["vm/overcommit_memory"])
+	}
+	port := strings.TrimPrefix(n.c.URL, "https://127.0.0.1:")
+	pod := runProbe(t, ctx, n.cs, port)
+	logs, err := n.cs.CoreV1().Pods(pod.Namespace).GetLogs(pod.Name, &corev1.PodLogOptions{}).DoRaw(ctx)
+	if err != nil {
+		t.Fatalf("logs through kubelet: %v", err)
+	}
+	if want := "authenticated as system:serviceaccount:default:default"; !strings.Contains(string(logs), want) {
+		t.Errorf("probe logs %q, want %q", logs, want)
+	}
+
+	if err := n.c.Stop(); err != nil {
+		t.Errorf("Stop: %v", err)
+	}
+	n.assertClean(t)
+	if err := n.c.Stop(); err != nil {
+		t.Errorf("second Stop: %v", err)
+	}
+}
+
+// TestStopDirAfterCrash kills kubelet and containerd while a pod runs, as a crash would, and
+// checks that stopping from the state folder (hack/cluster down) still cleans up everything:
+// the pod's processes, its shim, mounts, cgroups and sysctls.
+func TestStopDirAfterCrash(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+	defer cancel()
+	n := startNode(t, ctx, false)
+	pod := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: "sleeper", Namespace: "default"},
+		Spec: corev1.PodSpec{
+			HostNetwork: true,
+			Containers: []corev1.Container{{
+				Name: "sleeper", Image: cluster.PauseImage, ImagePullPolicy: corev1.PullIfNotPresent,
+			}},
+		},
+	}
+	createPod(t, ctx, n.cs, pod)
+	waitPod(t, ctx, n.cs, pod.Name, corev1.PodRunning)
+	for _, name := range []string{"kubelet", "containerd"} {
+		data, err := os.ReadFile(filepath.Join(n.dir, name+".pid"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		pid, err := strconv.Atoi(strings.TrimSpace(string(data)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
+			t.Fatalf("kill %s: %v", name, err)
+		}
+	}
+	if err := cluster.StopDir(n.dir); err != nil {
+		t.Fatalf("StopDir: %v", err)
+	}
+	n.assertClean(t)
+}
+
+// node is a started cluster with a node, and the host as it was before.
+type node struct {
+	c      *cluster.Cluster
+	cs     kubernetes.Interface
+	dir    string
+	before host
+}
+
+// startNode starts a control plane with a node in a temporary folder (with the apiprobe image
+// when probe is set), or skips the test when that cannot run here.
+func startNode(t *testing.T, ctx context.Context, probe bool) *node {
+	t.Helper()
 	if testing.Short() {
 		t.Skip("starts a node; skipped with -short")
 	}
@@ -38,51 +114,36 @@ func TestHostNetworkPodReachesAPIServer(t *testing.T) {
 	if !ok {
 		t.Skip("the node's binaries are not built: run hack/build-tools.sh node (make test does)")
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
-	defer cancel()
 	dir := t.TempDir()
-	probe := filepath.Join(dir, "apiprobe.tar")
-	if err := cluster.BuildGoImage(ctx, filepath.Join(testenv.RepoRoot(), "test", "images", "apiprobe"), probeImage, "65532:65532", probe); err != nil {
-		t.Fatal(err)
+	var images []string
+	if probe {
+		tar := filepath.Join(dir, "apiprobe.tar")
+		pkg := filepath.Join(testenv.RepoRoot(), "test", "images", "apiprobe")
+		if err := cluster.BuildGoImage(ctx, pkg, probeImage, "65532:65532", tar); err != nil {
+			t.Fatal(err)
+		}
+		images = append(images, tar)
 	}
-	before := snapshotHost(t)
-	stateDir := filepath.Join(dir, "cluster")
-	c, err := cluster.Start(ctx, cluster.Options{
-		Dir: stateDir, BinDir: bin, Progress: testWriter{t},
-		Node: &cluster.NodeOptions{Images: []string{probe}},
+	n := &node{before: snapshotHost(t), dir: filepath.Join(dir, "cluster")}
+	n.c, err = cluster.Start(ctx, cluster.Options{
+		Dir: n.dir, BinDir: bin, Progress: testWriter{t},
+		Node: &cluster.NodeOptions{Images: images},
 	})
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { _ = c.Stop() })
-
-	cs, err := kubernetes.NewForConfig(c.Config)
-	if err != nil {
+	t.Cleanup(func() { _ = n.c.Stop() })
+	if n.cs, err = kubernetes.NewForConfig(n.c.Config); err != nil {
 		t.Fatal(err)
 	}
-	// kubelet has set its sysctls, so that the check after stopping means something.
-	if running := snapshotHost(t); running.sysctls["vm/overcommit_memory"] != "1" {
-		t.Errorf("vm.overcommit_memory = %s while kubelet runs, want kubelet's 1", running.sysctls["vm/overcommit_memory"])
-	}
-	port := strings.TrimPrefix(c.URL, "https://127.0.0.1:")
-	pod := runProbe(t, ctx, cs, port)
-	logs, err := cs.CoreV1().Pods(pod.Namespace).GetLogs(pod.Name, &corev1.PodLogOptions{}).DoRaw(ctx)
-	if err != nil {
-		t.Fatalf("logs through kubelet: %v", err)
-	}
-	if want := "authenticated as system:serviceaccount:default:default"; !strings.Contains(string(logs), want) {
-		t.Errorf("probe logs %q, want %q", logs, want)
-	}
+	return n
+}
 
-	if err := c.Stop(); err != nil {
-		t.Errorf("Stop: %v", err)
-	}
-	after := snapshotHost(t)
-	after.assertSame(t, before)
-	assertNothingUnder(t, stateDir)
-	if err := c.Stop(); err != nil {
-		t.Errorf("second Stop: %v", err)
-	}
+// assertClean checks that the stopped node left nothing behind.
+func (n *node) assertClean(t *testing.T) {
+	t.Helper()
+	snapshotHost(t).assertSame(t, n.before)
+	assertNothingUnder(t, n.dir)
 }
 
 // runProbe runs the apiprobe image in a hostNetwork pod that reaches the API server on
@@ -103,31 +164,44 @@ func runProbe(t *testing.T, ctx context.Context, cs kubernetes.Interface, port s
 			}},
 		},
 	}
-	// The default ServiceAccount appears once kube-controller-manager made it.
+	createPod(t, ctx, cs, pod)
+	return waitPod(t, ctx, cs, pod.Name, corev1.PodSucceeded)
+}
+
+// createPod creates pod, once the default ServiceAccount (which kube-controller-manager makes)
+// exists.
+func createPod(t *testing.T, ctx context.Context, cs kubernetes.Interface, pod *corev1.Pod) {
+	t.Helper()
 	err := wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
-		_, err := cs.CoreV1().Pods("default").Create(ctx, pod, metav1.CreateOptions{})
+		_, err := cs.CoreV1().Pods(pod.Namespace).Create(ctx, pod, metav1.CreateOptions{})
 		return err == nil, nil
 	})
 	if err != nil {
 		t.Fatalf("create pod: %v", err)
 	}
+}
+
+// waitPod waits until the pod in namespace default reaches phase.
+func waitPod(t *testing.T, ctx context.Context, cs kubernetes.Interface, name string, phase corev1.PodPhase) *corev1.Pod {
+	t.Helper()
 	var last *corev1.Pod
-	err = wait.PollUntilContextTimeout(ctx, 250*time.Millisecond, 3*time.Minute, true, func(ctx context.Context) (bool, error) {
-		last, err = cs.CoreV1().Pods("default").Get(ctx, pod.Name, metav1.GetOptions{})
+	err := wait.PollUntilContextTimeout(ctx, 250*time.Millisecond, 3*time.Minute, true, func(ctx context.Context) (bool, error) {
+		var err error
+		last, err = cs.CoreV1().Pods("default").Get(ctx, name, metav1.GetOptions{})
 		if err != nil {
 			return false, err
 		}
 		if last.Status.Phase == corev1.PodFailed {
-			t.Fatalf("probe pod failed: %+v", last.Status)
+			t.Fatalf("pod %s failed: %+v", name, last.Status)
 		}
-		return last.Status.Phase == corev1.PodSucceeded, nil
+		return last.Status.Phase == phase, nil
 	})
 	if err != nil {
 		events, _ := cs.CoreV1().Events("default").List(ctx, metav1.ListOptions{})
 		for _, e := range events.Items {
 			t.Logf("event %s %s: %s", e.InvolvedObject.Name, e.Reason, e.Message)
 		}
-		t.Fatalf("probe pod did not succeed: %v; status %+v", err, last.Status)
+		t.Fatalf("pod %s not %s: %v; status %+v", name, phase, err, last.Status)
 	}
 	return last
 }
