@@ -17,7 +17,7 @@ CHART_VERSION ?= $(shell echo '$(VERSION)' | sed -E 's/^v([0-9]+\.[0-9]+\.[0-9]+
 # Every file time and image creation time: the commit's time, so a commit's images are reproducible.
 SOURCE_DATE_EPOCH ?= $(shell git log -1 --format=%ct 2>/dev/null || echo 0)
 
-.PHONY: all build images chart generate verify test test-unit fuzz crash bench bench-e2e cluster-up cluster-down tools clean manifests demo
+.PHONY: all build images chart generate verify test test-unit fuzz crash bench bench-e2e cluster-up cluster-down tools tools-node clean manifests demo
 
 all: build
 
@@ -95,6 +95,11 @@ bench-e2e:
 ## tools: build (or find cached) etcd, kube-apiserver, kube-controller-manager, kubectl and helm
 tools:
 	hack/build-tools.sh
+
+## tools-node: build (or find cached) the local node's binaries: kubelet, kube-scheduler, containerd,
+## ctr, the runc shim, runc, the CNI loopback plugin and csi-provisioner
+tools-node:
+	hack/build-tools.sh node
 
 ## cluster-up / cluster-down: a local control plane for development (prints the KUBECONFIG)
 cluster-up:

@@ -1,10 +1,13 @@
 #!/usr/bin/env bash
 # build-tools.sh builds the binaries Shutter's tests and demo run beside it (etcd, kube-apiserver,
-# kube-controller-manager, kubectl, helm) from the pinned modules under hack/tools, into a per-user
-# cache folder keyed by the pinned versions. It rebuilds only what is missing and prints the folder
-# that holds the binaries as its last line.
+# kube-controller-manager, kubectl, helm; for the local node kube-scheduler, kubelet, containerd,
+# ctr, containerd-shim-runc-v2, runc, the CNI loopback plugin and csi-provisioner) from the pinned
+# modules under hack/tools, into a per-user cache folder keyed by the pinned versions. It rebuilds
+# only what is missing and prints the folder that holds the binaries as its last line.
 #
-# Usage: hack/build-tools.sh [binary...]   (default: the control plane, kubectl and helm)
+# Usage: hack/build-tools.sh [--check] [binary|node...]   (default: the control plane, kubectl and
+#        helm; "node" stands for every binary of the local node). With --check it builds nothing
+#        and exits 3 when one of the binaries is not built.
 set -euo pipefail
 
 root=$(cd "$(dirname "$0")/.." && pwd)
@@ -21,6 +24,9 @@ declare -A module=(
   [etcd]=etcd [kube-apiserver]=kube [kube-controller-manager]=kube [kubectl]=kube [helm]=helm
   [controller-gen]=codegen [client-gen]=codegen [deepcopy-gen]=codegen [informer-gen]=codegen
   [lister-gen]=codegen
+  [kube-scheduler]=kubenode [kubelet]=kubenode
+  [containerd]=containerd [ctr]=containerd [containerd-shim-runc-v2]=containerd
+  [runc]=runc [loopback]=cni [csi-provisioner]=provisioner
 )
 declare -A main=(
   [etcd]=go.etcd.io/etcd/server/v3
@@ -33,23 +39,75 @@ declare -A main=(
   [deepcopy-gen]=k8s.io/code-generator/cmd/deepcopy-gen
   [informer-gen]=k8s.io/code-generator/cmd/informer-gen
   [lister-gen]=k8s.io/code-generator/cmd/lister-gen
+  [kube-scheduler]=k8s.io/kubernetes/cmd/kube-scheduler
+  [kubelet]=k8s.io/kubernetes/cmd/kubelet
+  [containerd]=github.com/containerd/containerd/v2/cmd/containerd
+  [ctr]=github.com/containerd/containerd/v2/cmd/ctr
+  [containerd-shim-runc-v2]=github.com/containerd/containerd/v2/cmd/containerd-shim-runc-v2
+  [runc]=github.com/opencontainers/runc
+  [loopback]=github.com/containernetworking/plugins/plugins/main/loopback
+  [csi-provisioner]=github.com/kubernetes-csi/external-provisioner/v6/cmd/csi-provisioner
 )
 declare -A minutes=([etcd]=3 [kube-apiserver]=8 [kube-controller-manager]=3 [kubectl]=2 [helm]=3
-  [controller-gen]=1 [client-gen]=1 [deepcopy-gen]=1 [informer-gen]=1 [lister-gen]=1)
+  [controller-gen]=1 [client-gen]=1 [deepcopy-gen]=1 [informer-gen]=1 [lister-gen]=1
+  [kube-scheduler]=3 [kubelet]=5 [containerd]=5 [ctr]=2 [containerd-shim-runc-v2]=1 [runc]=1
+  [loopback]=1 [csi-provisioner]=3)
+# runc needs cgo (its nsenter part is C) and libseccomp's headers for seccomp, which pods'
+# RuntimeDefault profile needs (installed with apt when missing); it is built without libpathrs.
+# Everything else is static.
+declare -A cgo=([runc]=1)
+declare -A tags=([runc]="seccomp urfave_cli_no_docs")
+declare -A ldflags=(
+  [containerd]="-X github.com/containerd/containerd/v2/version.Version=v2.4.2"
+  [ctr]="-X github.com/containerd/containerd/v2/version.Version=v2.4.2"
+  [containerd-shim-runc-v2]="-X github.com/containerd/containerd/v2/version.Version=v2.4.2"
+  [runc]="-X main.version=1.5.3"
+)
+node=(kube-scheduler kubelet containerd ctr containerd-shim-runc-v2 runc loopback csi-provisioner)
 
-wanted=("$@")
+check=false
+wanted=()
+for arg in "$@"; do
+  case "$arg" in
+  --check) check=true ;;
+  node) wanted+=("${node[@]}") ;;
+  *) wanted+=("$arg") ;;
+  esac
+done
 [ ${#wanted[@]} -gt 0 ] || wanted=(etcd kube-apiserver kube-controller-manager kubectl helm)
 
+# kubelet and kube-scheduler must be of the control plane's version.
+kube_version() { sed -n 's#^require k8s.io/kubernetes \(v[^ ]*\).*#\1#p' "$tools/$1/go.mod"; }
+if [ "$(kube_version kube)" != "$(kube_version kubenode)" ]; then
+  echo "build-tools: hack/tools/kube and hack/tools/kubenode pin different k8s.io/kubernetes" >&2
+  exit 2
+fi
+
+# needs_seccomp makes sure libseccomp's development files are there for runc's cgo build.
+needs_seccomp() {
+  pkg-config --exists libseccomp 2>/dev/null && return 0
+  if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
+    echo "build-tools: installing libseccomp-dev (runc's seccomp support)" >&2
+    apt-get install -y --no-install-recommends libseccomp-dev >&2 ||
+      { apt-get update >&2 && apt-get install -y --no-install-recommends libseccomp-dev >&2; }
+  fi
+  pkg-config --exists libseccomp 2>/dev/null ||
+    { echo "build-tools: runc needs libseccomp's development files (Debian: apt-get install libseccomp-dev)" >&2; exit 2; }
+}
+
 build() {
-  local name=$1 out=$2 start=$SECONDS pid
+  local name=$1 out=$2 start=$SECONDS pid next=30
+  [ "$name" != runc ] || needs_seccomp
   echo "build-tools: building $name into $bin (cold: about ${minutes[$name]} min; cached afterwards)" >&2
   (cd "$tools/${module[$name]}" &&
-    GOWORK=off CGO_ENABLED=0 GOFLAGS=-mod=mod go build -trimpath -ldflags "-s -w" -o "$out.tmp" "${main[$name]}") &
+    GOWORK=off CGO_ENABLED=${cgo[$name]:-0} GOFLAGS=-mod=mod go build -trimpath -tags "${tags[$name]:-}" \
+      -ldflags "-s -w ${ldflags[$name]:-}" -o "$out.tmp" "${main[$name]}") &
   pid=$!
   while kill -0 "$pid" 2>/dev/null; do
     sleep 5
-    if kill -0 "$pid" 2>/dev/null && (((SECONDS - start) % 30 < 5)); then
+    if kill -0 "$pid" 2>/dev/null && ((SECONDS - start >= next)); then
       echo "build-tools: still building $name ($((SECONDS - start))s)" >&2
+      next=$((SECONDS - start + 30))
     fi
   done
   wait "$pid"
@@ -60,8 +118,15 @@ build() {
 for name in "${wanted[@]}"; do
   [ -n "${main[$name]:-}" ] || { echo "build-tools: unknown binary $name" >&2; exit 2; }
   dir=${module[$name]}
-  key=$( (go env GOVERSION; cat "$tools/$dir/go.mod" "$tools/$dir/go.sum") | sha256sum | cut -c1-12)
+  flags="${cgo[$name]:-}${tags[$name]:-}${ldflags[$name]:-}"
+  key=$( (go env GOVERSION; [ -z "$flags" ] || echo "$flags"; cat "$tools/$dir/go.mod" "$tools/$dir/go.sum") |
+    sha256sum | cut -c1-12)
   out="$cache/build/$dir-$key/$name"
+  if $check; then
+    [ -x "$out" ] || exit 3
+    ln -sfn "$out" "$bin/$name"
+    continue
+  fi
   mkdir -p "$(dirname "$out")"
   if [ ! -x "$out" ]; then
     # One build of a binary at a time: parallel test binaries and make targets share the result.

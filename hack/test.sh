@@ -10,6 +10,11 @@ hack/verify.sh
 
 echo "test: control-plane binaries (cached under ~/.cache/shutter after the first build)" >&2
 hack/build-tools.sh etcd kube-apiserver kube-controller-manager kubectl >/dev/null
+# The local node's test (test/node) runs as root only; so are its binaries built.
+if [ "$(id -u)" = 0 ]; then
+  echo "test: the local node's binaries (kubelet, containerd, runc, ...)" >&2
+  hack/build-tools.sh node >/dev/null
+fi
 
 mkdir -p bin
 go build -o bin/cluster ./hack/cluster

@@ -84,6 +84,12 @@ func parseFlags(args []string) (hostpath.Options, bool, error) {
 	fs.StringVar(&opts.CgroupRoot, "cgroup-root", opts.CgroupRoot, "where the node's cgroup filesystem is mounted (the unified hierarchy, or the folder of the v1 hierarchies)")
 	fs.StringVar(&opts.HTTPEndpoint, "http-endpoint", opts.HTTPEndpoint, "TCP address to serve /metrics on, e.g. :8080; empty serves nothing")
 	showVersion := fs.Bool("version", false, "print the version and exit (GetPluginInfo reports the same version)")
+	fs.StringVar(&opts.KubeletRegistrationPath, "kubelet-registration-path", opts.KubeletRegistrationPath,
+		"register with kubelet, giving it this path of the CSI socket as kubelet sees it (a host path such as\n"+
+			"/var/lib/kubelet/plugins/<driver>/csi.sock); replaces the node-driver-registrar container. Empty: do not register")
+	fs.StringVar(&opts.RegistrationSocket, "registration-socket", opts.RegistrationSocket,
+		"with --kubelet-registration-path, the socket to serve kubelet's plugin registration on, in kubelet's plugins_registry\n"+
+			"folder (default /registration/<drivername>-reg.sock)")
 	klogFlags := flag.NewFlagSet("klog", flag.ContinueOnError)
 	klog.InitFlags(klogFlags)
 	klogFlags.VisitAll(func(f *flag.Flag) { fs.Var(f.Value, f.Name, "klog: "+f.Usage) })

@@ -25,6 +25,8 @@ func TestParseFlags(t *testing.T) {
 		{name: "bad number", args: []string{"--nodeid=n1", "--capacity=lots"}, wantErr: "invalid value"},
 		{name: "stray argument", args: []string{"--nodeid=n1", "extra"}, wantErr: "unexpected arguments"},
 		{name: "zero quiesce timeout", args: []string{"--nodeid=n1", "--group-snapshot-quiesce-timeout=0s"}, wantErr: "--group-snapshot-quiesce-timeout"},
+		{name: "relative kubelet registration path", args: []string{"--nodeid=n1", "--kubelet-registration-path=csi.sock"}, wantErr: "--kubelet-registration-path"},
+		{name: "relative registration socket", args: []string{"--nodeid=n1", "--kubelet-registration-path=/k/csi.sock", "--registration-socket=r.sock"}, wantErr: "--registration-socket"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

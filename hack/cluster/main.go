@@ -2,7 +2,12 @@
 // `make cluster-down` call it. The processes run detached; their state, logs and the admin
 // kubeconfig live in the state folder (default: <user cache>/shutter/cluster).
 //
-//	go run ./hack/cluster up [-dir DIR] [-audit-policy FILE]
+// With -node (root only) a node runs too: containerd, kubelet and kube-scheduler, with the
+// external-provisioner image built for it and the OCI image-layout tars of -images imported. It
+// then writes DIR/node-values.yaml, the chart values that change per start, to use with the
+// chart's ci/local-node-values.yaml.
+//
+//	go run ./hack/cluster up [-dir DIR] [-audit-policy FILE] [-node [-images a.tar,b.tar]]
 //	go run ./hack/cluster down [-dir DIR]
 package main
 
@@ -14,32 +19,48 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"strings"
 	"syscall"
 
 	"github.com/shutter-csi/shutter/test/cluster"
 	"github.com/shutter-csi/shutter/test/testenv"
 )
 
+// upOptions are the flags of `up`.
+type upOptions struct {
+	dir, audit string
+	node       bool
+	images     []string
+}
+
 func main() {
 	if len(os.Args) < 2 {
 		fail(errors.New("usage: cluster up|down [-dir DIR]"))
 	}
 	fs := flag.NewFlagSet(os.Args[1], flag.ExitOnError)
-	dir := fs.String("dir", defaultDir(), "state folder: certificates, etcd data, logs, kubeconfig")
-	audit := fs.String("audit-policy", "", "kube-apiserver audit policy file (log: DIR/audit.log)")
+	var o upOptions
+	fs.StringVar(&o.dir, "dir", defaultDir(), "state folder: certificates, etcd data, logs, kubeconfig")
+	fs.StringVar(&o.audit, "audit-policy", "", "kube-apiserver audit policy file (log: DIR/audit.log)")
+	fs.BoolVar(&o.node, "node", false, "run a node too (kubelet, containerd, kube-scheduler; needs root)")
+	images := fs.String("images", "", "comma-separated OCI image-layout tars to import into the node")
 	_ = fs.Parse(os.Args[2:])
+	for _, image := range strings.Split(*images, ",") {
+		if image = strings.TrimSpace(image); image != "" {
+			o.images = append(o.images, image)
+		}
+	}
 
 	switch os.Args[1] {
 	case "up":
-		fail(up(*dir, *audit))
+		fail(up(o))
 	case "down":
-		err := cluster.StopDir(*dir)
+		err := cluster.StopDir(o.dir)
 		if errors.Is(err, cluster.ErrNotRunning) {
-			fmt.Fprintf(os.Stderr, "cluster: nothing running in %s\n", *dir)
+			fmt.Fprintf(os.Stderr, "cluster: nothing running in %s\n", o.dir)
 			err = nil
 		}
 		if err == nil {
-			err = os.RemoveAll(*dir)
+			err = os.RemoveAll(o.dir)
 		}
 		fail(err)
 	default:
@@ -47,23 +68,53 @@ func main() {
 	}
 }
 
-func up(dir, audit string) error {
+func up(o upOptions) error {
+	dir := o.dir
 	if _, err := os.Stat(filepath.Join(dir, "kube-apiserver.pid")); err == nil {
 		return fmt.Errorf("a control plane already runs in %s; run `make cluster-down` first", dir)
 	}
-	_ = os.RemoveAll(dir) // leftovers of a control plane that did not stop cleanly
-	bin, err := testenv.Tools("etcd", "kube-apiserver", "kube-controller-manager", "kubectl")
+	// Leftovers of a control plane that did not stop cleanly: a node's mounts and cgroups go
+	// before its folder does.
+	if err := cluster.StopDir(dir); err != nil && !errors.Is(err, cluster.ErrNotRunning) {
+		return err
+	}
+	_ = os.RemoveAll(dir)
+	tools := []string{"etcd", "kube-apiserver", "kube-controller-manager", "kubectl"}
+	if o.node {
+		if os.Geteuid() != 0 {
+			return errors.New("-node needs root (kubelet and containerd mount, make cgroups and set sysctls)")
+		}
+		tools = append(append(tools, cluster.NodeTools...), "csi-provisioner")
+	}
+	bin, err := testenv.Tools(tools...)
 	if err != nil {
 		return err
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	c, err := cluster.Start(ctx, cluster.Options{
-		Dir: dir, BinDir: bin, Detach: true, AuditPolicy: audit, Progress: os.Stderr,
-	})
+	opts := cluster.Options{Dir: dir, BinDir: bin, Detach: true, AuditPolicy: o.audit, Progress: os.Stderr}
+	if o.node {
+		provisioner := filepath.Join(dir, "images", "csi-provisioner.tar")
+		if err := os.MkdirAll(filepath.Dir(provisioner), 0o755); err != nil {
+			return err
+		}
+		if _, err := cluster.WriteProvisionerImage(bin, provisioner); err != nil {
+			return fmt.Errorf("external-provisioner image: %w", err)
+		}
+		opts.Node = &cluster.NodeOptions{Images: append([]string{provisioner}, o.images...)}
+	}
+	c, err := cluster.Start(ctx, opts)
 	if err != nil {
 		_ = cluster.StopDir(dir)
 		return err
+	}
+	if o.node {
+		values, err := writeNodeValues(c, o.images)
+		if err != nil {
+			_ = cluster.StopDir(dir)
+			return err
+		}
+		fmt.Fprintf(os.Stderr, "cluster: chart values for this node: -f deploy/helm/shutter/ci/local-node-values.yaml -f %s\n", values)
 	}
 	fmt.Printf("export KUBECONFIG=%s\nexport PATH=%s:$PATH\n", c.Kubeconfig, bin)
 	return nil

@@ -56,6 +56,7 @@ import (
 	"google.golang.org/grpc/status"
 	"k8s.io/klog/v2"
 
+	"github.com/shutter-csi/shutter/pkg/hostpath/registration"
 	"github.com/shutter-csi/shutter/pkg/hostpath/state"
 )
 
@@ -132,7 +133,29 @@ func Run(ctx context.Context, opts Options) (err error) {
 		_ = lis.Close()
 		return err
 	}
-	return d.Serve(ctx, lis)
+	if opts.KubeletRegistrationPath == "" {
+		return d.Serve(ctx, lis)
+	}
+	return serveRegistered(ctx, d, lis)
+}
+
+// serveRegistered serves CSI and kubelet's plugin registration side by side. When kubelet rejects
+// the registration, serving ends with that error, so that the driver's pod restarts.
+func serveRegistered(ctx context.Context, d *Driver, lis net.Listener) error {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	info := registration.Info{DriverName: d.opts.DriverName, Endpoint: d.opts.KubeletRegistrationPath}
+	registered := make(chan error, 1)
+	go func() {
+		err := registration.Serve(ctx, d.opts.registrationSocket(), info)
+		if err != nil {
+			cancel()
+		}
+		registered <- err
+	}()
+	err := d.Serve(ctx, lis)
+	cancel()
+	return errors.Join(<-registered, err)
 }
 
 // shareSocket gives the socket at path to group gid with mode 0660, unless

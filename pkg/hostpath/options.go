@@ -72,6 +72,14 @@ type Options struct {
 	// CgroupRoot is where the node's cgroup filesystem is mounted: the
 	// unified hierarchy, or the folder holding the v1 hierarchies.
 	CgroupRoot string
+	// KubeletRegistrationPath, when set, is the path of the CSI socket
+	// as kubelet sees it (a host path); the driver then registers itself
+	// with kubelet on RegistrationSocket (package registration).
+	KubeletRegistrationPath string
+	// RegistrationSocket is where the kubelet registration service is
+	// served: a socket in kubelet's plugins_registry folder; "" is
+	// /registration/<DriverName>-reg.sock.
+	RegistrationSocket string
 }
 
 // DefaultOptions returns the defaults the command line starts from.
@@ -123,7 +131,21 @@ func (o Options) Validate() error {
 	if o.GroupSnapshotQuiesceTimeout <= 0 {
 		errs = append(errs, errors.New("--group-snapshot-quiesce-timeout must be positive"))
 	}
+	if o.KubeletRegistrationPath != "" && !filepath.IsAbs(o.KubeletRegistrationPath) {
+		errs = append(errs, fmt.Errorf("--kubelet-registration-path %q must be an absolute path", o.KubeletRegistrationPath))
+	}
+	if o.RegistrationSocket != "" && !filepath.IsAbs(o.RegistrationSocket) {
+		errs = append(errs, fmt.Errorf("--registration-socket %q must be an absolute path", o.RegistrationSocket))
+	}
 	return errors.Join(errs...)
+}
+
+// registrationSocket is where the kubelet registration service is served.
+func (o Options) registrationSocket() string {
+	if o.RegistrationSocket != "" {
+		return o.RegistrationSocket
+	}
+	return filepath.Join("/registration", o.DriverName+"-reg.sock")
 }
 
 // socketPath turns an endpoint (unix:///path, unix:/path or /path) into the

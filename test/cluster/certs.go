@@ -138,8 +138,10 @@ func writeServiceAccountKeys(dir string) error {
 	return writePEM(filepath.Join(dir, "sa.pub"), "PUBLIC KEY", pubDER)
 }
 
-// writeCertificates lays down every certificate and key the control plane needs.
-func writeCertificates(dir string) error {
+// writeCertificates lays down every certificate and key the control plane needs, and when
+// nodeName is set those of that node's kubelet: its client certificate in the Node authorizer's
+// terms (system:node:<name> in system:nodes) and its serving certificate for 127.0.0.1.
+func writeCertificates(dir, nodeName string) error {
 	ca, err := newAuthority(dir, "ca")
 	if err != nil {
 		return err
@@ -158,6 +160,19 @@ func writeCertificates(dir string) error {
 				"kubernetes.default.svc.cluster.local"}}},
 		{ca, certRequest{name: "admin", cn: "shutter-admin", orgs: []string{"system:masters"}}},
 		{proxyCA, certRequest{name: "front-proxy-client", cn: "front-proxy-client"}},
+		// kube-apiserver's identity towards kubelets (logs, exec), which trust the cluster's CA.
+		{ca, certRequest{name: "apiserver-kubelet-client", cn: "kube-apiserver-kubelet-client",
+			orgs: []string{"system:masters"}}},
+	}
+	if nodeName != "" {
+		requests = append(requests, []struct {
+			ca  *authority
+			req certRequest
+		}{
+			{ca, certRequest{name: "node", cn: "system:node:" + nodeName, orgs: []string{"system:nodes"}}},
+			{ca, certRequest{name: "kubelet-serving", cn: nodeName, server: true,
+				ips: []net.IP{net.ParseIP("127.0.0.1")}, dnsNames: []string{"localhost"}}},
+		}...)
 	}
 	for _, r := range requests {
 		if err := r.ca.issue(dir, r.req); err != nil {

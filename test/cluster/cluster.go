@@ -1,7 +1,8 @@
 // Package cluster runs a real Kubernetes control plane (etcd, kube-apiserver and
 // kube-controller-manager) as local processes on 127.0.0.1, for Shutter's integration tests, the
-// demo and `make cluster-up`. There is no kubelet or scheduler: pods stay Pending, so Shutter's
-// components run as host processes beside it.
+// demo and `make cluster-up`. Without a node, pods stay Pending and Shutter's components run as
+// host processes beside it. With Options.Node (root only), a node runs too: containerd, kubelet
+// and kube-scheduler, for hostNetwork pods of locally built images.
 package cluster
 
 import (
@@ -44,6 +45,8 @@ type Options struct {
 	APIServerArgs []string
 	// Progress receives a line per step; nil discards them.
 	Progress io.Writer
+	// Node, when set, starts a node as well; BinDir must then hold NodeTools too.
+	Node *NodeOptions
 }
 
 // Cluster is a running local control plane.
@@ -56,8 +59,12 @@ type Cluster struct {
 	Config *rest.Config
 	// URL is the API server's address.
 	URL string
+	// KubeletDir is the node's kubelet root folder (the chart's hostpath.kubeletDir); "" without
+	// a node.
+	KubeletDir string
 
 	procs []*process
+	node  *nodePaths
 }
 
 // KubeconfigName is the admin kubeconfig's file name inside the state folder.
@@ -84,16 +91,20 @@ func Start(ctx context.Context, opts Options) (c *Cluster, err error) {
 			c.Stop()
 		}
 	}()
-	if err := writeCertificates(dir); err != nil {
+	nodeName := ""
+	if opts.Node != nil {
+		nodeName = NodeName
+	}
+	if err := writeCertificates(dir, nodeName); err != nil {
 		return nil, fmt.Errorf("certificates: %w", err)
 	}
-	ports, err := freePorts(4)
+	ports, err := freePorts(7)
 	if err != nil {
 		return nil, err
 	}
 	etcdURL := "http://127.0.0.1:" + strconv.Itoa(ports[0])
 	c.URL = "https://127.0.0.1:" + strconv.Itoa(ports[2])
-	if err := writeKubeconfig(c.Kubeconfig, c.URL, dir); err != nil {
+	if err := writeKubeconfig(c.Kubeconfig, c.URL, dir, "admin"); err != nil {
 		return nil, err
 	}
 	if c.Config, err = clientcmd.BuildConfigFromFlags("", c.Kubeconfig); err != nil {
@@ -121,6 +132,11 @@ func Start(ctx context.Context, opts Options) (c *Cluster, err error) {
 	fmt.Fprintln(opts.Progress, "cluster: starting kube-controller-manager")
 	if err := c.run(opts, "kube-controller-manager", controllerManagerArgs(dir, c.Kubeconfig, ports[3])); err != nil {
 		return nil, err
+	}
+	if opts.Node != nil {
+		if err := c.startNode(ctx, opts, nodePorts{kubelet: ports[4], kubeletHealthz: ports[5], scheduler: ports[6]}); err != nil {
+			return nil, fmt.Errorf("node: %w", err)
+		}
 	}
 	fmt.Fprintf(opts.Progress, "cluster: ready in %.1fs; KUBECONFIG=%s\n", time.Since(started).Seconds(), c.Kubeconfig)
 	return c, nil
@@ -155,6 +171,10 @@ func apiserverArgs(opts Options, etcdURL string, port int) []string {
 		"--proxy-client-cert-file=" + f("front-proxy-client.crt"),
 		"--proxy-client-key-file=" + f("front-proxy-client.key"),
 		"--cert-dir=" + f("apiserver-certs"),
+		"--kubelet-client-certificate=" + f("apiserver-kubelet-client.crt"),
+		"--kubelet-client-key=" + f("apiserver-kubelet-client.key"),
+		"--kubelet-certificate-authority=" + f("ca.crt"),
+		"--kubelet-preferred-address-types=InternalIP",
 	}
 	if opts.AuditPolicy != "" {
 		args = append(args, "--audit-policy-file="+opts.AuditPolicy, "--audit-log-path="+f("audit.log"),
@@ -179,15 +199,17 @@ func controllerManagerArgs(dir, kubeconfig string, port int) []string {
 	}
 }
 
-func writeKubeconfig(path, server, dir string) error {
+// writeKubeconfig writes a kubeconfig for server that authenticates with the certificate pair
+// dir/<user>.crt and .key.
+func writeKubeconfig(path, server, dir, user string) error {
 	cfg := clientcmdapi.NewConfig()
 	cfg.Clusters["shutter"] = &clientcmdapi.Cluster{
 		Server: server, CertificateAuthority: filepath.Join(dir, "ca.crt"),
 	}
-	cfg.AuthInfos["admin"] = &clientcmdapi.AuthInfo{
-		ClientCertificate: filepath.Join(dir, "admin.crt"), ClientKey: filepath.Join(dir, "admin.key"),
+	cfg.AuthInfos[user] = &clientcmdapi.AuthInfo{
+		ClientCertificate: filepath.Join(dir, user+".crt"), ClientKey: filepath.Join(dir, user+".key"),
 	}
-	cfg.Contexts["shutter"] = &clientcmdapi.Context{Cluster: "shutter", AuthInfo: "admin"}
+	cfg.Contexts["shutter"] = &clientcmdapi.Context{Cluster: "shutter", AuthInfo: user}
 	cfg.CurrentContext = "shutter"
 	return clientcmd.WriteToFile(*cfg, path)
 }
@@ -228,12 +250,15 @@ func (c *Cluster) logTails() string {
 	return b.String()
 }
 
-// Stop ends every process this Cluster started, the last started first. The state folder stays.
-func (c *Cluster) Stop() {
+// Stop ends every process this Cluster started, the last started first, and cleans up after the
+// node (see cleanNode). The state folder stays. It returns what could not be cleaned up; a second
+// call does nothing.
+func (c *Cluster) Stop() error {
 	for i := len(c.procs) - 1; i >= 0; i-- {
 		c.procs[i].stop()
 	}
 	c.procs = nil
+	return c.stopNode()
 }
 
 func freePorts(n int) ([]int, error) {

@@ -25,8 +25,9 @@ type process struct {
 	err  error
 }
 
-// run starts a component with its output in Dir/<name>.log and its pid in Dir/<name>.pid.
-func (c *Cluster) run(opts Options, name string, args []string) error {
+// run starts a component with its output in Dir/<name>.log and its pid in Dir/<name>.pid; env is
+// added to the environment.
+func (c *Cluster) run(opts Options, name string, args []string, env ...string) error {
 	logPath := filepath.Join(opts.Dir, name+".log")
 	logFile, err := os.Create(logPath)
 	if err != nil {
@@ -36,6 +37,9 @@ func (c *Cluster) run(opts Options, name string, args []string) error {
 	cmd := exec.Command(filepath.Join(opts.BinDir, name), args...)
 	cmd.Stdout, cmd.Stderr = logFile, logFile
 	cmd.Dir = opts.Dir
+	if len(env) > 0 {
+		cmd.Env = append(os.Environ(), env...)
+	}
 	if opts.Detach {
 		cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
 	} else {
@@ -84,10 +88,11 @@ func (p *process) stop() {
 	_ = os.Remove(strings.TrimSuffix(p.log, ".log") + ".pid")
 }
 
-// StopDir stops a detached control plane from the pid files in its state folder.
+// StopDir stops a detached control plane and its node from the pid files in its state folder,
+// and cleans up after the node (see cleanNode) even when no process runs any more.
 func StopDir(dir string) error {
 	found := false
-	for _, name := range []string{"kube-controller-manager", "kube-apiserver", "etcd"} {
+	for _, name := range []string{"kubelet", "kube-scheduler", "containerd", "kube-controller-manager", "kube-apiserver", "etcd"} {
 		pidFile := filepath.Join(dir, name+".pid")
 		data, err := os.ReadFile(pidFile)
 		if errors.Is(err, os.ErrNotExist) {
@@ -102,6 +107,11 @@ func StopDir(dir string) error {
 		}
 		stopPid(pid)
 		_ = os.Remove(pidFile)
+	}
+	if _, err := os.Stat(newNodePaths(dir).dir); err == nil {
+		if err := cleanNode(dir); err != nil {
+			return err
+		}
 	}
 	if !found {
 		return ErrNotRunning

@@ -6,6 +6,7 @@ package testenv
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -57,6 +58,22 @@ func Tools(names ...string) (string, error) {
 	}
 	lines := strings.Split(strings.TrimSpace(string(out)), "\n")
 	return lines[len(lines)-1], nil
+}
+
+// BuiltTools returns the folder holding the named binaries when hack/build-tools.sh has built
+// every one of them already; it builds nothing. ok is false when one is missing (or stale).
+func BuiltTools(names ...string) (dir string, ok bool, err error) {
+	cmd := exec.Command(filepath.Join(RepoRoot(), "hack", "build-tools.sh"), append([]string{"--check"}, names...)...)
+	out, err := cmd.Output()
+	var exit *exec.ExitError
+	if errors.As(err, &exit) && exit.ExitCode() == 3 {
+		return "", false, nil
+	}
+	if err != nil {
+		return "", false, fmt.Errorf("hack/build-tools.sh --check %s: %w", strings.Join(names, " "), err)
+	}
+	lines := strings.Split(strings.TrimSpace(string(out)), "\n")
+	return lines[len(lines)-1], true, nil
 }
 
 // Start returns the shared control plane, starting it on first use. Tests are skipped under -short.

@@ -88,3 +88,24 @@ runAsUser: {{ int64 . }}
 runAsGroup: {{ int64 . }}
 {{- end }}
 {{- end -}}
+
+{{/* Container env that points Kubernetes clients at global.kubernetesServiceHost/Port, for nodes
+without kube-proxy; nothing when unset. Pass the root context. */}}
+{{- define "shutter.apiServerEnv" -}}
+{{- with .Values.global.kubernetesServiceHost }}
+- name: KUBERNETES_SERVICE_HOST
+  value: {{ . | quote }}
+{{- end }}
+{{- with .Values.global.kubernetesServicePort }}
+- name: KUBERNETES_SERVICE_PORT
+  value: {{ . | toString | quote }}
+{{- end }}
+{{- end -}}
+
+{{/* Pod spec fields for global.hostNetwork. Pass the root context. */}}
+{{- define "shutter.podNetwork" -}}
+{{- if .Values.global.hostNetwork }}
+hostNetwork: true
+dnsPolicy: ClusterFirstWithHostNet
+{{- end }}
+{{- end -}}

@@ -1,0 +1,329 @@
+// Package node tests the local node of test/cluster: a hostNetwork pod of a locally built image
+// runs on it and reaches the API server, and stopping the node leaves nothing behind on the host.
+// It needs root and the node's binaries (hack/build-tools.sh node; `make test` builds them).
+package node
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/kubernetes"
+
+	"github.com/shutter-csi/shutter/test/cluster"
+	"github.com/shutter-csi/shutter/test/testenv"
+)
+
+const probeImage = "localhost/shutter/apiprobe:test"
+
+func TestHostNetworkPodReachesAPIServer(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+	defer cancel()
+	n := startNode(t, ctx, true)
+	// kubelet has set its sysctls, so that the check after stopping means something.
+	if running := snapshotHost(t); running.sysctls["vm/overcommit_memory"] != "1" {
+		t.Errorf("vm.overcommit_memory = %s while kubelet runs, want kubelet's 1", running.sysctls["vm/overcommit_memory"])
+	}
+	port := strings.TrimPrefix(n.c.URL, "https://127.0.0.1:")
+	pod := runProbe(t, ctx, n.cs, port)
+	logs, err := n.cs.CoreV1().Pods(pod.Namespace).GetLogs(pod.Name, &corev1.PodLogOptions{}).DoRaw(ctx)
+	if err != nil {
+		t.Fatalf("logs through kubelet: %v", err)
+	}
+	if want := "authenticated as system:serviceaccount:default:default"; !strings.Contains(string(logs), want) {
+		t.Errorf("probe logs %q, want %q", logs, want)
+	}
+
+	if err := n.c.Stop(); err != nil {
+		t.Errorf("Stop: %v", err)
+	}
+	n.assertClean(t)
+	if err := n.c.Stop(); err != nil {
+		t.Errorf("second Stop: %v", err)
+	}
+}
+
+// TestStopDirAfterCrash kills kubelet and containerd while a pod runs, as a crash would, and
+// checks that stopping from the state folder (hack/cluster down) still cleans up everything:
+// the pod's processes, its shim, mounts, cgroups and sysctls.
+func TestStopDirAfterCrash(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+	defer cancel()
+	n := startNode(t, ctx, false)
+	pod := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: "sleeper", Namespace: "default"},
+		Spec: corev1.PodSpec{
+			HostNetwork: true,
+			Containers: []corev1.Container{{
+				Name: "sleeper", Image: cluster.PauseImage, ImagePullPolicy: corev1.PullIfNotPresent,
+			}},
+		},
+	}
+	createPod(t, ctx, n.cs, pod)
+	waitPod(t, ctx, n.cs, pod.Name, corev1.PodRunning)
+	for _, name := range []string{"kubelet", "containerd"} {
+		data, err := os.ReadFile(filepath.Join(n.dir, name+".pid"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		pid, err := strconv.Atoi(strings.TrimSpace(string(data)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
+			t.Fatalf("kill %s: %v", name, err)
+		}
+	}
+	if err := cluster.StopDir(n.dir); err != nil {
+		t.Fatalf("StopDir: %v", err)
+	}
+	n.assertClean(t)
+}
+
+// node is a started cluster with a node, and the host as it was before.
+type node struct {
+	c      *cluster.Cluster
+	cs     kubernetes.Interface
+	dir    string
+	before host
+}
+
+// startNode starts a control plane with a node in a temporary folder (with the apiprobe image
+// when probe is set), or skips the test when that cannot run here.
+func startNode(t *testing.T, ctx context.Context, probe bool) *node {
+	t.Helper()
+	if testing.Short() {
+		t.Skip("starts a node; skipped with -short")
+	}
+	if os.Geteuid() != 0 {
+		t.Skip("the local node needs root (kubelet and containerd mount, make cgroups and set sysctls)")
+	}
+	tools := append([]string{"etcd", "kube-apiserver", "kube-controller-manager"}, cluster.NodeTools...)
+	bin, ok, err := testenv.BuiltTools(tools...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !ok {
+		t.Skip("the node's binaries are not built: run hack/build-tools.sh node (make test does)")
+	}
+	dir := t.TempDir()
+	var images []string
+	if probe {
+		tar := filepath.Join(dir, "apiprobe.tar")
+		pkg := filepath.Join(testenv.RepoRoot(), "test", "images", "apiprobe")
+		if err := cluster.BuildGoImage(ctx, pkg, probeImage, "65532:65532", tar); err != nil {
+			t.Fatal(err)
+		}
+		images = append(images, tar)
+	}
+	n := &node{before: snapshotHost(t), dir: filepath.Join(dir, "cluster")}
+	n.c, err = cluster.Start(ctx, cluster.Options{
+		Dir: n.dir, BinDir: bin, Progress: testWriter{t},
+		Node: &cluster.NodeOptions{Images: images},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = n.c.Stop() })
+	if n.cs, err = kubernetes.NewForConfig(n.c.Config); err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
+// assertClean checks that the stopped node left nothing behind.
+func (n *node) assertClean(t *testing.T) {
+	t.Helper()
+	snapshotHost(t).assertSame(t, n.before)
+	assertNothingUnder(t, n.dir)
+}
+
+// runProbe runs the apiprobe image in a hostNetwork pod that reaches the API server on
+// 127.0.0.1 and waits until it has succeeded.
+func runProbe(t *testing.T, ctx context.Context, cs kubernetes.Interface, port string) *corev1.Pod {
+	t.Helper()
+	pod := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: "apiprobe", Namespace: "default"},
+		Spec: corev1.PodSpec{
+			HostNetwork:   true,
+			RestartPolicy: corev1.RestartPolicyNever,
+			Containers: []corev1.Container{{
+				Name: "probe", Image: probeImage, ImagePullPolicy: corev1.PullIfNotPresent,
+				Env: []corev1.EnvVar{
+					{Name: "KUBERNETES_SERVICE_HOST", Value: "127.0.0.1"},
+					{Name: "KUBERNETES_SERVICE_PORT", Value: port},
+				},
+			}},
+		},
+	}
+	createPod(t, ctx, cs, pod)
+	return waitPod(t, ctx, cs, pod.Name, corev1.PodSucceeded)
+}
+
+// createPod creates pod, once the default ServiceAccount (which kube-controller-manager makes)
+// exists.
+func createPod(t *testing.T, ctx context.Context, cs kubernetes.Interface, pod *corev1.Pod) {
+	t.Helper()
+	err := wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
+		_, err := cs.CoreV1().Pods(pod.Namespace).Create(ctx, pod, metav1.CreateOptions{})
+		return err == nil, nil
+	})
+	if err != nil {
+		t.Fatalf("create pod: %v", err)
+	}
+}
+
+// waitPod waits until the pod in namespace default reaches phase.
+func waitPod(t *testing.T, ctx context.Context, cs kubernetes.Interface, name string, phase corev1.PodPhase) *corev1.Pod {
+	t.Helper()
+	var last *corev1.Pod
+	err := wait.PollUntilContextTimeout(ctx, 250*time.Millisecond, 3*time.Minute, true, func(ctx context.Context) (bool, error) {
+		var err error
+		last, err = cs.CoreV1().Pods("default").Get(ctx, name, metav1.GetOptions{})
+		if err != nil {
+			return false, err
+		}
+		if last.Status.Phase == corev1.PodFailed {
+			t.Fatalf("pod %s failed: %+v", name, last.Status)
+		}
+		return last.Status.Phase == phase, nil
+	})
+	if err != nil {
+		events, _ := cs.CoreV1().Events("default").List(ctx, metav1.ListOptions{})
+		for _, e := range events.Items {
+			t.Logf("event %s %s: %s", e.InvolvedObject.Name, e.Reason, e.Message)
+		}
+		t.Fatalf("pod %s not %s: %v; status %+v", name, phase, err, last.Status)
+	}
+	return last
+}
+
+// host is what the node may change on the host outside its state folder.
+type host struct {
+	sysctls map[string]string
+	cgroups map[string]bool // top-level cgroups of every hierarchy
+	// folders containerd and kubelet use whatever they are told (or by default), and their files
+	files map[string]bool
+}
+
+var kubeletSysctls = []string{
+	"vm/overcommit_memory", "vm/panic_on_oom", "kernel/panic", "kernel/panic_on_oops",
+	"kernel/keys/root_maxkeys", "kernel/keys/root_maxbytes",
+}
+
+func snapshotHost(t *testing.T) host {
+	t.Helper()
+	h := host{sysctls: map[string]string{}, cgroups: map[string]bool{}, files: map[string]bool{}}
+	for _, dir := range []string{"/run/containerd", "/run/containerd/s", "/var/log/containers",
+		"/var/lib/kubelet", "/var/lib/kubelet/device-plugins", "/etc/cni", "/opt/cni", "/var/lib/containerd"} {
+		entries, err := os.ReadDir(dir)
+		if err != nil {
+			continue
+		}
+		h.files[dir] = true
+		for _, e := range entries {
+			h.files[filepath.Join(dir, e.Name())] = true
+		}
+	}
+	for _, s := range kubeletSysctls {
+		data, err := os.ReadFile("/proc/sys/" + s)
+		if err != nil {
+			t.Fatal(err)
+		}
+		h.sysctls[s] = strings.TrimSpace(string(data))
+	}
+	for _, m := range mounts(t) {
+		if m.fsType != "cgroup" && m.fsType != "cgroup2" {
+			continue
+		}
+		entries, err := os.ReadDir(m.point)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, e := range entries {
+			if e.IsDir() {
+				h.cgroups[filepath.Join(m.point, e.Name())] = true
+			}
+		}
+	}
+	return h
+}
+
+func (h host) assertSame(t *testing.T, before host) {
+	t.Helper()
+	for name, v := range before.sysctls {
+		if h.sysctls[name] != v {
+			t.Errorf("sysctl %s = %s after stop, was %s", name, h.sysctls[name], v)
+		}
+	}
+	for cg := range h.cgroups {
+		if !before.cgroups[cg] {
+			t.Errorf("cgroup %s left behind", cg)
+		}
+	}
+	for f := range h.files {
+		if !before.files[f] {
+			t.Errorf("%s left behind", f)
+		}
+	}
+}
+
+// assertNothingUnder checks that no mount and no process refers to the state folder.
+func assertNothingUnder(t *testing.T, dir string) {
+	t.Helper()
+	for _, m := range mounts(t) {
+		if strings.HasPrefix(m.point, dir+"/") || m.point == dir {
+			t.Errorf("mount left behind: %s (%s)", m.point, m.fsType)
+		}
+	}
+	procs, err := os.ReadDir("/proc")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range procs {
+		pid, err := strconv.Atoi(p.Name())
+		if err != nil {
+			continue
+		}
+		cmdline, _ := os.ReadFile(filepath.Join("/proc", p.Name(), "cmdline"))
+		if strings.Contains(string(cmdline), dir) {
+			t.Errorf("process %d left behind: %s", pid, strings.ReplaceAll(string(cmdline), "\x00", " "))
+		}
+	}
+}
+
+type mount struct{ point, fsType string }
+
+func mounts(t *testing.T) []mount {
+	t.Helper()
+	data, err := os.ReadFile("/proc/self/mountinfo")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []mount
+	for _, line := range strings.Split(string(data), "\n") {
+		fields := strings.Fields(line)
+		for i, f := range fields {
+			if f == "-" && i+1 < len(fields) && len(fields) > 4 {
+				out = append(out, mount{point: fields[4], fsType: fields[i+1]})
+				break
+			}
+		}
+	}
+	return out
+}
+
+type testWriter struct{ t *testing.T }
+
+func (w testWriter) Write(p []byte) (int, error) {
+	w.t.Log(strings.TrimSpace(string(p)))
+	return len(p), nil
+}
