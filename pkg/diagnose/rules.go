@@ -173,7 +173,8 @@ func sidecarDown(driver string, h holder) (string, bool) {
 	case h.Err != nil:
 		return "", false
 	case h.Lease == "":
-		return fmt.Sprintf("no sidecar for %s holds a Lease (%s)", driver, strings.Join(protocol.SidecarLeaseNames(driver), " or ")), true
+		return fmt.Sprintf("no sidecar for %s holds a Lease (%s; a sidecar without leader election holds none)",
+			driver, strings.Join(protocol.SidecarLeaseNames(driver), " or ")), true
 	case !h.Live:
 		return fmt.Sprintf("no sidecar for %s has renewed its lease for %s", driver, human(h.SinceRenewal)), true
 	}
