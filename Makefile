@@ -33,6 +33,7 @@ test:
 ## test-unit: the tests that need no control plane
 test-unit:
 	$(GO) test -short -count=1 ./... ./client/...
+	cd test/monitoring && GOWORK=off $(GO) test -short -count=1 ./...
 
 ## demo: snapshot, restore and verify data with the chart's RBAC on a local control plane
 demo:

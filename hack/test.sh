@@ -19,3 +19,6 @@ bin/cluster up -dir "$state/cluster" >/dev/null
 export SHUTTER_KUBECONFIG="$state/cluster/admin.kubeconfig"
 
 go test -count=1 -timeout "${TEST_TIMEOUT:-40m}" ${TEST_FLAGS:-} ./... ./client/...
+# The chart's alerts and dashboard, checked with Prometheus' parser and engine: a module of its own
+# (outside go.work) so that Prometheus' dependencies never raise those of Shutter's modules.
+(cd test/monitoring && GOWORK=off go test -count=1 ${TEST_FLAGS:-} ./...)
