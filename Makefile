@@ -5,12 +5,22 @@ GO ?= go
 BIN := bin
 CMDS := $(notdir $(wildcard cmd/*))
 
-.PHONY: all build generate verify test test-unit bench bench-e2e cluster-up cluster-down tools clean manifests demo
+.PHONY: all build plugin install-plugin generate verify test test-unit bench bench-e2e cluster-up cluster-down tools clean manifests demo
 
 all: build
 
 build:
 	$(GO) build -o $(BIN)/ $(addprefix ./cmd/,$(CMDS))
+
+## plugin: build the kubectl plugin bin/kubectl-shutter (`make build` builds it too; a kubectl
+## plugin is a local binary, no image). install-plugin copies it into PLUGIN_DIR (default
+## ~/.local/bin), which must be on the PATH for `kubectl shutter` to find it
+PLUGIN_DIR ?= $(HOME)/.local/bin
+plugin:
+	$(GO) build -o $(BIN)/ ./cmd/kubectl-shutter
+
+install-plugin: plugin
+	install -D -m 0755 $(BIN)/kubectl-shutter $(PLUGIN_DIR)/kubectl-shutter
 
 ## generate: regenerate deepcopy, clientset, listers, informers and CRDs from client/apis, and
 ## copy the CRDs into the Helm chart

@@ -257,8 +257,8 @@ func (g *groupChain) tree() *Node {
 	}
 	for _, m := range g.members {
 		n := snapshotNode(m.vs)
-		if msg := memberError(m); msg != "" {
-			n.Details = append(n.Details, "error: "+msg)
+		if msg := memberError(m); msg != "" && (m.vs.Status == nil || m.vs.Status.Error == nil) {
+			n.Details = append(n.Details, "content status.error: "+msg)
 		}
 		if m.content != nil {
 			n.Children = append(n.Children, contentNode(m.content))

@@ -129,12 +129,12 @@ func (f *fixture) boundClaim(name string) *corev1.PersistentVolumeClaim {
 	f.t.Cleanup(func() {
 		_ = f.kube.CoreV1().PersistentVolumes().Delete(context.Background(), pvName, metav1.DeleteOptions{})
 	})
-	pv.Status.Phase = corev1.VolumeBound
-	_, err = f.kube.CoreV1().PersistentVolumes().UpdateStatus(f.ctx, pv, metav1.UpdateOptions{})
+	// Patches, not updates: kube-controller-manager adds its protection finalizers meanwhile.
+	bound := func(phase string) []byte { return []byte(`{"status":{"phase":"` + phase + `"}}`) }
+	_, err = f.kube.CoreV1().PersistentVolumes().Patch(f.ctx, pv.Name, types.MergePatchType, bound("Bound"), metav1.PatchOptions{}, "status")
 	f.check(err)
 	pvc := f.claim(name, pvName, ptr.To(""))
-	pvc.Status.Phase = corev1.ClaimBound
-	pvc, err = f.kube.CoreV1().PersistentVolumeClaims(f.ns).UpdateStatus(f.ctx, pvc, metav1.UpdateOptions{})
+	pvc, err = f.kube.CoreV1().PersistentVolumeClaims(f.ns).Patch(f.ctx, pvc.Name, types.MergePatchType, bound("Bound"), metav1.PatchOptions{}, "status")
 	f.check(err)
 	return pvc
 }

@@ -38,10 +38,9 @@ func TestNoSidecar(t *testing.T) {
 	f := newFixture(t)
 	class := f.class()
 	f.boundClaim("data")
-	vs := f.snapshot("snap", "data", class, &snapshotv1.VolumeSnapshotStatus{
-		BoundVolumeSnapshotContentName: ptr.To(protocol.ContentName("")), ReadyToUse: ptr.To(false)})
+	vs := f.snapshot("snap", "data", class, nil)
 	// The status names the content the controller would have made.
-	vs.Status.BoundVolumeSnapshotContentName = ptr.To(protocol.ContentName(vs.UID))
+	vs.Status = &snapshotv1.VolumeSnapshotStatus{BoundVolumeSnapshotContentName: ptr.To(protocol.ContentName(vs.UID)), ReadyToUse: ptr.To(false)}
 	vs, err := f.snap.SnapshotV1().VolumeSnapshots(f.ns).UpdateStatus(f.ctx, vs, metav1.UpdateOptions{})
 	f.check(err)
 	f.content(vs, class, snapshotv1.VolumeSnapshotContentDelete, nil)
@@ -175,7 +174,7 @@ func TestGroupWithFailedMember(t *testing.T) {
 	}
 	text := f.expect("VolumeGroupSnapshot", "group", "group", diagnose.RuleMemberFailed, "member snapshot member-b failed: "+msg)
 	mustContain(t, text, "VolumeGroupSnapshot "+f.ns+"/group [Pending]", "PersistentVolumeClaim "+f.ns+"/a [Bound]",
-		"VolumeSnapshot "+f.ns+"/member-b [Failed]", "VolumeSnapshotClass", "VolumeGroupSnapshotClass "+groupClass+" [Found]")
+		"VolumeSnapshot "+f.ns+"/member-b [Failed]", "VolumeGroupSnapshotClass "+groupClass+" [Found]")
 }
 
 // TestStuckFilters checks --for, -A and the table output.
