@@ -43,15 +43,15 @@ type Annotation struct {
 // finalizerOwners says, per finalizer of the protocol (and the claim and volume protections of
 // Kubernetes), who removes it and when.
 var finalizerOwners = map[string][2]string{
-	protocol.ContentBoundFinalizer:       {"csi-snapshotter (the snapshot-controller where no sidecar must act)", "the backend snapshot to be deleted, or released for Retain"},
-	protocol.SnapshotBoundFinalizer:      {"snapshot-controller", "the snapshot's content to be handled (deleted for the Delete policy)"},
-	protocol.SnapshotAsSourceFinalizer:   {"snapshot-controller", "no claim being restored from this snapshot any more"},
-	protocol.SnapshotInGroupFinalizer:    {"snapshot-controller", "the group snapshot to let this member go"},
-	protocol.PVCAsSourceFinalizer:        {"snapshot-controller", "no snapshot of this claim still being created"},
-	protocol.GroupContentBoundFinalizer:  {"csi-snapshotter (the snapshot-controller where no sidecar must act)", "the backend group snapshot to be deleted, or released for Retain"},
-	protocol.GroupSnapshotBoundFinalizer: {"snapshot-controller", "the group snapshot's content to be handled"},
-	"kubernetes.io/pvc-protection":       {"kube-controller-manager", "no pod using the claim"},
-	"kubernetes.io/pv-protection":        {"kube-controller-manager", "the volume to be released by its claim"},
+	protocol.ContentBoundFinalizer:       {"csi-snapshotter (the snapshot-controller where no sidecar must act)", "the backend snapshot is deleted (for Retain: at once)"},
+	protocol.SnapshotBoundFinalizer:      {"snapshot-controller", "its content is handled (deleted from the backend for the Delete policy)"},
+	protocol.SnapshotAsSourceFinalizer:   {"snapshot-controller", "no claim is being restored from this snapshot"},
+	protocol.SnapshotInGroupFinalizer:    {"snapshot-controller", "its group snapshot lets this member go"},
+	protocol.PVCAsSourceFinalizer:        {"snapshot-controller", "no snapshot of this claim is still being created"},
+	protocol.GroupContentBoundFinalizer:  {"csi-snapshotter (the snapshot-controller where no sidecar must act)", "the backend group snapshot is deleted (for Retain: at once)"},
+	protocol.GroupSnapshotBoundFinalizer: {"snapshot-controller", "its group content is handled"},
+	"kubernetes.io/pvc-protection":       {"kube-controller-manager", "no pod uses the claim"},
+	"kubernetes.io/pv-protection":        {"kube-controller-manager", "its claim has let the volume go"},
 }
 
 // annotationMeanings are the annotations and labels of the protocol that describe shows.
@@ -82,7 +82,7 @@ func newNode(kind string, obj metav1.Object, state string, details ...string) *N
 	for _, f := range obj.GetFinalizers() {
 		owner, ok := finalizerOwners[f]
 		if !ok {
-			owner = [2]string{"unknown", "whoever added it"}
+			owner = [2]string{"unknown", "its owner is done"}
 		}
 		n.Finalizers = append(n.Finalizers, Finalizer{Name: f, Owner: owner[0], WaitsFor: owner[1]})
 	}

@@ -127,7 +127,7 @@ func TestDeletionBlockedByRestore(t *testing.T) {
 	text := f.expect("VolumeSnapshot", "snapshot", "snap", diagnose.RuleDeletionBlocked,
 		"deletion waits for claim restored being restored from this snapshot")
 	mustContain(t, text, "VolumeSnapshot "+f.ns+"/snap [Deleting]",
-		"finalizer "+protocol.SnapshotAsSourceFinalizer+": removed by snapshot-controller once no claim being restored from this snapshot any more",
+		"finalizer "+protocol.SnapshotAsSourceFinalizer+": removed by snapshot-controller once no claim is being restored from this snapshot",
 		"PersistentVolumeClaim "+f.ns+"/restored [Pending]")
 }
 
