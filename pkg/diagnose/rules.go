@@ -126,7 +126,8 @@ func (c *chain) waitsForSidecar() (verdict, bool) {
 		return verdict{}, false
 	}
 	deleting := content.DeletionTimestamp != nil && hasFinalizer(content, protocol.ContentBoundFinalizer)
-	creating := content.DeletionTimestamp == nil && !contentReady(content) && content.Annotations[protocol.AnnGroupSnapshotHandle] == ""
+	// A content whose snapshot is gone waits for the controller to delete it, not for a create.
+	creating := c.vs != nil && content.DeletionTimestamp == nil && !contentReady(content) && content.Annotations[protocol.AnnGroupSnapshotHandle] == ""
 	if !deleting && !creating {
 		return verdict{}, false
 	}
