@@ -52,7 +52,7 @@ func TestExplain(t *testing.T) {
 		})}, RuleReady, "nothing is wrong"},
 		{"a restore blocks deletion before the backend error", &chain{vs: vs(deleted), sidecar: dead,
 			restoring: []*corev1.PersistentVolumeClaim{{ObjectMeta: metav1.ObjectMeta{Name: "r1"}}, {ObjectMeta: metav1.ObjectMeta{Name: "r2"}}},
-			content:   content(func(c *snapshotv1.VolumeSnapshotContent) {
+			content: content(func(c *snapshotv1.VolumeSnapshotContent) {
 				c.Status = &snapshotv1.VolumeSnapshotContentStatus{Error: &snapshotv1.VolumeSnapshotError{Message: &msg}}
 			})}, RuleDeletionBlocked, "claim r1, r2 being restored"},
 		{"backend error before a dead sidecar", &chain{vs: vs(), sidecar: dead, content: content(func(c *snapshotv1.VolumeSnapshotContent) {
