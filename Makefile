@@ -17,7 +17,7 @@ CHART_VERSION ?= $(shell echo '$(VERSION)' | sed -E 's/^v([0-9]+\.[0-9]+\.[0-9]+
 # Every file time and image creation time: the commit's time, so a commit's images are reproducible.
 SOURCE_DATE_EPOCH ?= $(shell git log -1 --format=%ct 2>/dev/null || echo 0)
 
-.PHONY: all build images chart generate verify test test-unit fuzz crash bench bench-e2e cluster-up cluster-down tools tools-node clean manifests demo
+.PHONY: all build plugin install-plugin images chart generate verify test test-unit fuzz crash bench bench-e2e cluster-up cluster-down tools tools-node clean manifests demo
 
 all: build
 
@@ -43,6 +43,16 @@ chart:
 	helm="$$(hack/build-tools.sh helm | tail -1)/helm" && \
 		"$$helm" lint deploy/helm/shutter && \
 		"$$helm" package deploy/helm/shutter --version "$(CHART_VERSION)" --app-version "$(VERSION)" --destination $(BIN)
+
+## plugin: build the kubectl plugin bin/kubectl-shutter (`make build` builds it too; a kubectl
+## plugin is a local binary, no image). install-plugin copies it into PLUGIN_DIR (default
+## ~/.local/bin), which must be on the PATH for `kubectl shutter` to find it
+PLUGIN_DIR ?= $(HOME)/.local/bin
+plugin:
+	$(GO) build -o $(BIN)/ ./cmd/kubectl-shutter
+
+install-plugin: plugin
+	install -D -m 0755 $(BIN)/kubectl-shutter $(PLUGIN_DIR)/kubectl-shutter
 
 ## generate: regenerate deepcopy, clientset, listers, informers and CRDs from client/apis, and
 ## copy the CRDs into the Helm chart
@@ -75,6 +85,7 @@ crash:
 ## test-unit: the tests that need no control plane
 test-unit:
 	$(GO) test -short -count=1 ./... ./client/...
+	cd test/monitoring && GOWORK=off $(GO) test -short -count=1 ./...
 
 ## demo: snapshot, restore and verify data with the chart's RBAC on a local control plane
 demo:

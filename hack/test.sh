@@ -27,3 +27,6 @@ go test -count=1 -timeout "${TEST_TIMEOUT:-40m}" ${TEST_FLAGS:-} ./... ./client/
 
 # The record-log fuzz tests: `go test` above ran their seeds only.
 hack/fuzz.sh "${FUZZTIME:-20s}"
+# The chart's alerts and dashboard, checked with Prometheus' parser and engine: a module of its own
+# (outside go.work) so that Prometheus' dependencies never raise those of Shutter's modules.
+(cd test/monitoring && GOWORK=off go test -count=1 ${TEST_FLAGS:-} ./...)

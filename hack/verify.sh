@@ -14,6 +14,7 @@ fi
 
 echo "verify: go vet" >&2
 go vet ./... ./client/...
+(cd test/monitoring && GOWORK=off go vet ./...)
 
 echo "verify: generated code" >&2
 scratch=$(mktemp -d)

@@ -24,6 +24,21 @@ const (
 	HostpathQuarantined   = "hostpath_quarantined_total"
 	HostpathCleanupHalted = "hostpath_cleanup_halted"
 
+	// Gauges by driver and state, and the age of the oldest object per driver and state,
+	// computed from the informer caches at each scrape.
+	Snapshots                = "snapshots"
+	GroupSnapshots           = "group_snapshots"
+	SnapshotOldestAgeSeconds = "snapshot_oldest_age_seconds"
+	GroupSnapshotOldestAge   = "group_snapshot_oldest_age_seconds"
+	ContentsWithoutSidecar   = "snapshot_contents_without_sidecar"
+	StatePending             = "pending"
+	StateReady               = "ready"
+	StateFailed              = "failed"
+	StateDeleting            = "deleting"
+	LabelDriver              = "driver"
+	LabelState               = "state"
+	DriverUnknown            = "unknown"
+
 	LabelOperation = "operation"
 	LabelStatus    = "status"
 	LabelKind      = "kind"

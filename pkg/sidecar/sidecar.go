@@ -5,7 +5,6 @@ package sidecar
 
 import (
 	"context"
-	"strings"
 	"sync"
 	"time"
 
@@ -112,18 +111,7 @@ func Run(ctx context.Context, opts Options) error {
 }
 
 // LeaseName is the leader election Lease of the sidecars of driver.
-func LeaseName(driver string) string {
-	name := strings.Map(func(r rune) rune {
-		if r >= 'a' && r <= 'z' || r >= '0' && r <= '9' || r == '-' || r == '.' {
-			return r
-		}
-		if r >= 'A' && r <= 'Z' {
-			return r + 'a' - 'A'
-		}
-		return '-'
-	}, driver)
-	return "shutter-snapshotter-" + strings.Trim(name, "-.")
-}
+func LeaseName(driver string) string { return protocol.ShutterSidecarLeaseName(driver) }
 
 // sidecar holds what the reconcilers share while running.
 type sidecar struct {

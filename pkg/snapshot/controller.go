@@ -57,6 +57,10 @@ type Options struct {
 	// default: readyToUse in the status says the same, and the event is a write per snapshot.
 	// Warning events for failures are always recorded.
 	ReadyEvents bool
+	// SidecarLivenessThreshold is how long a content may wait for its driver's csi-snapshotter
+	// before, if no sidecar of the driver holds a live Lease, its snapshot gets a Warning event;
+	// 0 turns the check (and the Lease watch) off.
+	SidecarLivenessThreshold time.Duration
 }
 
 // Clients are the controller's API clients. Each has a client-side rate limiter of its own, so
@@ -103,6 +107,8 @@ type Controller struct {
 
 	// groups reconciles the group kinds once they are enabled and served; nil until then.
 	groups atomic.Pointer[groups]
+	// liveness watches the sidecars' Leases; nil when SidecarLivenessThreshold is 0.
+	liveness *liveness
 }
 
 // New wires the reconcilers to informers from the two factories; start the factories, then Run.
@@ -123,6 +129,9 @@ func New(clients Clients, kubeInformers informers.SharedInformerFactory,
 	}
 	if c.contentClient == nil {
 		c.contentClient = c.client
+	}
+	if opts.SidecarLivenessThreshold > 0 {
+		c.liveness = newLiveness(clients.Kube, opts.SidecarLivenessThreshold)
 	}
 	c.snapshotQueue = controller.NewUrgentFirstQueue("volumesnapshot", opts.Retry, c.syncSnapshotKey, c.nearlyDone)
 	c.contentQueue = controller.NewQueue("volumesnapshotcontent", opts.Retry, c.syncContentKey)
@@ -207,6 +216,9 @@ func (c *Controller) Run(ctx context.Context) error {
 			q.Run(ctx, c.opts.Workers)
 			done <- struct{}{}
 		}()
+	}
+	if c.liveness != nil {
+		go c.runLiveness(ctx)
 	}
 	go controller.Resync(ctx, c.snapshotQueue, c.opts.ResyncPeriod, func() []controller.Key {
 		return keys(c.snapshots.List)

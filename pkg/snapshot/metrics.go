@@ -54,5 +54,9 @@ func (g *gauges) Collect(ch chan<- prometheus.Metric) {
 
 // Collectors returns the controller's metrics to register.
 func (c *Controller) Collectors() []prometheus.Collector {
-	return []prometheus.Collector{newGauges(c), metrics.Operations}
+	collectors := []prometheus.Collector{newGauges(c), newStateMetrics(c), metrics.Operations}
+	if c.liveness != nil {
+		collectors = append(collectors, livenessMetrics{c})
+	}
+	return collectors
 }

@@ -1,0 +1,234 @@
+package diagnose
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	coordinationv1 "k8s.io/api/coordination/v1"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/client-go/kubernetes"
+
+	groupv1 "github.com/shutter-csi/shutter/client/apis/volumegroupsnapshot/v1"
+	snapshotv1 "github.com/shutter-csi/shutter/client/apis/volumesnapshot/v1"
+	clientset "github.com/shutter-csi/shutter/client/clientset/versioned"
+	"github.com/shutter-csi/shutter/pkg/protocol"
+)
+
+// allNamespaces is the namespace argument that lists every namespace.
+const allNamespaces = ""
+
+// objects reads objects of one kind through the API, each at most once: a Get is answered from
+// an earlier List of its namespace (or of all namespaces) when there was one. It only reads.
+type objects[T metav1.Object] struct {
+	items  map[string]T
+	listed map[string]bool // namespaces listed; allNamespaces for all of them
+	get    func(ctx context.Context, namespace, name string) (T, error)
+	list   func(ctx context.Context, namespace string) ([]T, error)
+}
+
+func newObjects[T metav1.Object](get func(context.Context, string, string) (T, error), list func(context.Context, string) ([]T, error)) *objects[T] {
+	return &objects[T]{items: map[string]T{}, listed: map[string]bool{}, get: get, list: list}
+}
+
+// Get returns the object, or false when it does not exist.
+func (o *objects[T]) Get(ctx context.Context, namespace, name string) (T, bool, error) {
+	var zero T
+	if name == "" {
+		return zero, false, nil
+	}
+	key := namespace + "/" + name
+	if obj, ok := o.items[key]; ok {
+		return obj, true, nil
+	}
+	if o.listed[namespace] || o.listed[allNamespaces] {
+		return zero, false, nil
+	}
+	obj, err := o.get(ctx, namespace, name)
+	if apierrors.IsNotFound(err) {
+		return zero, false, nil
+	} else if err != nil {
+		return zero, false, err
+	}
+	o.items[key] = obj
+	return obj, true, nil
+}
+
+// List returns every object of namespace (allNamespaces for all).
+func (o *objects[T]) List(ctx context.Context, namespace string) ([]T, error) {
+	if !o.listed[namespace] && !o.listed[allNamespaces] {
+		items, err := o.list(ctx, namespace)
+		if err != nil {
+			return nil, err
+		}
+		for _, obj := range items {
+			o.items[obj.GetNamespace()+"/"+obj.GetName()] = obj
+		}
+		o.listed[namespace] = true
+	}
+	var out []T
+	for _, obj := range o.items {
+		if namespace == allNamespaces || obj.GetNamespace() == namespace {
+			out = append(out, obj)
+		}
+	}
+	return out, nil
+}
+
+// store is the plugin's read-only view of the cluster.
+type store struct {
+	kube kubernetes.Interface
+	snap clientset.Interface
+	now  time.Time
+
+	snapshots     *objects[*snapshotv1.VolumeSnapshot]
+	contents      *objects[*snapshotv1.VolumeSnapshotContent]
+	classes       *objects[*snapshotv1.VolumeSnapshotClass]
+	groups        *objects[*groupv1.VolumeGroupSnapshot]
+	groupContents *objects[*groupv1.VolumeGroupSnapshotContent]
+	groupClasses  *objects[*groupv1.VolumeGroupSnapshotClass]
+	claims        *objects[*corev1.PersistentVolumeClaim]
+	volumes       *objects[*corev1.PersistentVolume]
+
+	leases     map[string][]*coordinationv1.Lease // by name
+	leasesErr  error
+	leasesRead bool
+}
+
+func newStore(kube kubernetes.Interface, snap clientset.Interface, now time.Time) *store {
+	s := &store{kube: kube, snap: snap, now: now}
+	v1 := snap.SnapshotV1()
+	g1 := snap.GroupsnapshotV1()
+	core := kube.CoreV1()
+	s.snapshots = newObjects(func(ctx context.Context, ns, name string) (*snapshotv1.VolumeSnapshot, error) {
+		return v1.VolumeSnapshots(ns).Get(ctx, name, metav1.GetOptions{})
+	}, func(ctx context.Context, ns string) ([]*snapshotv1.VolumeSnapshot, error) {
+		l, err := v1.VolumeSnapshots(ns).List(ctx, metav1.ListOptions{})
+		return ptrs(l, err, func(l *snapshotv1.VolumeSnapshotList) []snapshotv1.VolumeSnapshot { return l.Items })
+	})
+	s.contents = newObjects(func(ctx context.Context, _, name string) (*snapshotv1.VolumeSnapshotContent, error) {
+		return v1.VolumeSnapshotContents().Get(ctx, name, metav1.GetOptions{})
+	}, func(ctx context.Context, _ string) ([]*snapshotv1.VolumeSnapshotContent, error) {
+		l, err := v1.VolumeSnapshotContents().List(ctx, metav1.ListOptions{})
+		return ptrs(l, err, func(l *snapshotv1.VolumeSnapshotContentList) []snapshotv1.VolumeSnapshotContent { return l.Items })
+	})
+	s.classes = newObjects(func(ctx context.Context, _, name string) (*snapshotv1.VolumeSnapshotClass, error) {
+		return v1.VolumeSnapshotClasses().Get(ctx, name, metav1.GetOptions{})
+	}, func(ctx context.Context, _ string) ([]*snapshotv1.VolumeSnapshotClass, error) {
+		l, err := v1.VolumeSnapshotClasses().List(ctx, metav1.ListOptions{})
+		return ptrs(l, err, func(l *snapshotv1.VolumeSnapshotClassList) []snapshotv1.VolumeSnapshotClass { return l.Items })
+	})
+	s.groups = newObjects(func(ctx context.Context, ns, name string) (*groupv1.VolumeGroupSnapshot, error) {
+		return g1.VolumeGroupSnapshots(ns).Get(ctx, name, metav1.GetOptions{})
+	}, func(ctx context.Context, ns string) ([]*groupv1.VolumeGroupSnapshot, error) {
+		l, err := g1.VolumeGroupSnapshots(ns).List(ctx, metav1.ListOptions{})
+		return ptrs(l, err, func(l *groupv1.VolumeGroupSnapshotList) []groupv1.VolumeGroupSnapshot { return l.Items })
+	})
+	s.groupContents = newObjects(func(ctx context.Context, _, name string) (*groupv1.VolumeGroupSnapshotContent, error) {
+		return g1.VolumeGroupSnapshotContents().Get(ctx, name, metav1.GetOptions{})
+	}, func(ctx context.Context, _ string) ([]*groupv1.VolumeGroupSnapshotContent, error) {
+		l, err := g1.VolumeGroupSnapshotContents().List(ctx, metav1.ListOptions{})
+		return ptrs(l, err, func(l *groupv1.VolumeGroupSnapshotContentList) []groupv1.VolumeGroupSnapshotContent { return l.Items })
+	})
+	s.groupClasses = newObjects(func(ctx context.Context, _, name string) (*groupv1.VolumeGroupSnapshotClass, error) {
+		return g1.VolumeGroupSnapshotClasses().Get(ctx, name, metav1.GetOptions{})
+	}, func(ctx context.Context, _ string) ([]*groupv1.VolumeGroupSnapshotClass, error) {
+		l, err := g1.VolumeGroupSnapshotClasses().List(ctx, metav1.ListOptions{})
+		return ptrs(l, err, func(l *groupv1.VolumeGroupSnapshotClassList) []groupv1.VolumeGroupSnapshotClass { return l.Items })
+	})
+	s.claims = newObjects(func(ctx context.Context, ns, name string) (*corev1.PersistentVolumeClaim, error) {
+		return core.PersistentVolumeClaims(ns).Get(ctx, name, metav1.GetOptions{})
+	}, func(ctx context.Context, ns string) ([]*corev1.PersistentVolumeClaim, error) {
+		l, err := core.PersistentVolumeClaims(ns).List(ctx, metav1.ListOptions{})
+		return ptrs(l, err, func(l *corev1.PersistentVolumeClaimList) []corev1.PersistentVolumeClaim { return l.Items })
+	})
+	s.volumes = newObjects(func(ctx context.Context, _, name string) (*corev1.PersistentVolume, error) {
+		return core.PersistentVolumes().Get(ctx, name, metav1.GetOptions{})
+	}, func(ctx context.Context, _ string) ([]*corev1.PersistentVolume, error) {
+		l, err := core.PersistentVolumes().List(ctx, metav1.ListOptions{})
+		return ptrs(l, err, func(l *corev1.PersistentVolumeList) []corev1.PersistentVolume { return l.Items })
+	})
+	return s
+}
+
+// ptrs turns a list's items into pointers.
+func ptrs[L any, T any](list L, err error, items func(L) []T) ([]*T, error) {
+	if err != nil {
+		return nil, err
+	}
+	all := items(list)
+	out := make([]*T, len(all))
+	for i := range all {
+		out[i] = &all[i]
+	}
+	return out, nil
+}
+
+// leaseIn returns the Leases named name in any namespace. Leases are listed once, outside
+// kube-node-lease (which holds one per node and nothing of interest here).
+func (s *store) leaseIn(ctx context.Context, name string) ([]*coordinationv1.Lease, error) {
+	if !s.leasesRead {
+		s.leasesRead = true
+		s.leases = map[string][]*coordinationv1.Lease{}
+		list, err := s.kube.CoordinationV1().Leases(allNamespaces).List(ctx, metav1.ListOptions{
+			FieldSelector: fields.OneTermNotEqualSelector("metadata.namespace", corev1.NamespaceNodeLease).String(),
+		})
+		if err != nil {
+			s.leasesErr = fmt.Errorf("cannot read Leases: %w", err)
+		} else {
+			for i := range list.Items {
+				l := &list.Items[i]
+				s.leases[l.Name] = append(s.leases[l.Name], l)
+			}
+		}
+	}
+	return s.leases[name], s.leasesErr
+}
+
+// holder is the state of the components behind one Lease convention.
+type holder struct {
+	// Lease is "namespace/name" of the freshest Lease found, or "".
+	Lease string
+	protocol.LeaseState
+	// Err is set when the Leases could not be read.
+	Err error
+}
+
+// freshest returns the state of the most recently renewed of the Leases named names.
+func (s *store) freshest(ctx context.Context, names ...string) holder {
+	var best holder
+	for _, name := range names {
+		leases, err := s.leaseIn(ctx, name)
+		if err != nil {
+			return holder{Err: err}
+		}
+		for _, l := range leases {
+			st := protocol.ReadLease(l, s.now)
+			if best.Lease == "" || st.Live && !best.Live || st.Live == best.Live && st.SinceRenewal < best.SinceRenewal {
+				best = holder{Lease: l.Namespace + "/" + l.Name, LeaseState: st}
+			}
+		}
+	}
+	return best
+}
+
+// events returns the last events about an object, oldest first.
+func (s *store) events(ctx context.Context, kind, namespace, name string, uid string) ([]corev1.Event, error) {
+	set := fields.Set{"involvedObject.kind": kind, "involvedObject.name": name}
+	if uid != "" {
+		set["involvedObject.uid"] = uid
+	}
+	list, err := s.kube.CoreV1().Events(namespace).List(ctx, metav1.ListOptions{FieldSelector: fields.SelectorFromSet(set).String()})
+	if err != nil {
+		return nil, err
+	}
+	items := list.Items
+	sortEvents(items)
+	if len(items) > maxEvents {
+		items = items[len(items)-maxEvents:]
+	}
+	return items, nil
+}

@@ -1,0 +1,88 @@
+package protocol
+
+import (
+	"strings"
+	"time"
+
+	coordinationv1 "k8s.io/api/coordination/v1"
+)
+
+// Leader-election Leases. They are no part of the snapshot API, but every snapshot controller and
+// csi-snapshotter sidecar that runs with leader election holds one, in its own namespace, and
+// renews it every few seconds: a Lease that nobody renews tells that no such component runs.
+const (
+	// ControllerLeaseName is the Lease of the snapshot-controller (Shutter's and the reference
+	// implementation use the same name).
+	ControllerLeaseName = "snapshot-controller-leader"
+
+	shutterSidecarLeasePrefix   = "shutter-snapshotter-"
+	referenceSidecarLeasePrefix = "external-snapshotter-leader-"
+)
+
+// SidecarLeaseNames returns the names of the Leases that the csi-snapshotter sidecars of driver
+// hold: first Shutter's, then the reference sidecar's. Both are derived from the driver's name.
+func SidecarLeaseNames(driver string) []string {
+	return []string{ShutterSidecarLeaseName(driver), referenceSidecarLeaseName(driver)}
+}
+
+// ShutterSidecarLeaseName is the Lease of Shutter's sidecars of driver: the driver's name in
+// lower case, every character a Lease name cannot hold replaced by a dash.
+func ShutterSidecarLeaseName(driver string) string {
+	name := strings.Map(func(r rune) rune {
+		switch {
+		case r >= 'a' && r <= 'z', r >= '0' && r <= '9', r == '-', r == '.':
+			return r
+		case r >= 'A' && r <= 'Z':
+			return r + 'a' - 'A'
+		}
+		return '-'
+	}, driver)
+	return shutterSidecarLeasePrefix + strings.Trim(name, "-.")
+}
+
+// referenceSidecarLeaseName is the reference sidecar's Lease: every character other than a
+// letter, digit or dash becomes a dash, and a trailing dash is followed by an "X".
+func referenceSidecarLeaseName(driver string) string {
+	name := strings.Map(func(r rune) rune {
+		if r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || r == '-' {
+			return r
+		}
+		return '-'
+	}, referenceSidecarLeasePrefix+driver)
+	if strings.HasSuffix(name, "-") {
+		name += "X"
+	}
+	return name
+}
+
+// LeaseState is what a Lease tells about its holder at a moment.
+type LeaseState struct {
+	// Live is true while the Lease's last renewal is younger than its duration.
+	Live bool
+	// Holder is the identity of the holder, or "".
+	Holder string
+	// SinceRenewal is the time since the last renewal (or acquisition); 0 when unknown.
+	SinceRenewal time.Duration
+}
+
+// ReadLease tells whether lease is held at now.
+func ReadLease(lease *coordinationv1.Lease, now time.Time) LeaseState {
+	var st LeaseState
+	if lease.Spec.HolderIdentity != nil {
+		st.Holder = *lease.Spec.HolderIdentity
+	}
+	renewed := lease.Spec.RenewTime
+	if renewed == nil {
+		renewed = lease.Spec.AcquireTime
+	}
+	if renewed == nil {
+		return st
+	}
+	st.SinceRenewal = max(now.Sub(renewed.Time), 0)
+	duration := 15 * time.Second
+	if lease.Spec.LeaseDurationSeconds != nil {
+		duration = time.Duration(*lease.Spec.LeaseDurationSeconds) * time.Second
+	}
+	st.Live = st.Holder != "" && st.SinceRenewal < duration
+	return st
+}

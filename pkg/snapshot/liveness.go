@@ -1,0 +1,185 @@
+package snapshot
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	coordinationv1 "k8s.io/api/coordination/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/apimachinery/pkg/types"
+	coordinationinformers "k8s.io/client-go/informers/coordination/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/klog/v2"
+
+	snapshotv1 "github.com/shutter-csi/shutter/client/apis/volumesnapshot/v1"
+	"github.com/shutter-csi/shutter/pkg/metrics"
+	"github.com/shutter-csi/shutter/pkg/protocol"
+)
+
+// ReasonNoSidecar is the Warning event on a snapshot whose content has waited longer than the
+// liveness threshold for a driver whose sidecars hold no live Lease.
+const ReasonNoSidecar = "SnapshotterNotRunning"
+
+// byLeaseName indexes Leases by name: a sidecar's Lease lives in its own pod's namespace, which the
+// controller does not know.
+const byLeaseName = "name"
+
+// liveness tells whether the csi-snapshotter sidecars of a driver run, from the leader-election
+// Leases they renew (no new protocol: every sidecar with leader election holds one). It watches
+// the Leases of every namespace but kube-node-lease, which holds one per node and nothing else.
+type liveness struct {
+	threshold time.Duration
+	informer  cache.SharedIndexInformer
+	// warned holds the contents warned about while they wait, so each gets one event.
+	mu     sync.Mutex
+	warned map[types.UID]bool
+	desc   *prometheus.Desc
+}
+
+func newLiveness(kube kubernetes.Interface, threshold time.Duration) *liveness {
+	informer := coordinationinformers.NewFilteredLeaseInformer(kube, metav1.NamespaceAll, 0,
+		cache.Indexers{byLeaseName: func(obj any) ([]string, error) {
+			if l, ok := obj.(*coordinationv1.Lease); ok {
+				return []string{l.Name}, nil
+			}
+			return nil, nil
+		}},
+		func(o *metav1.ListOptions) {
+			o.FieldSelector = fields.OneTermNotEqualSelector("metadata.namespace", corev1.NamespaceNodeLease).String()
+		})
+	return &liveness{threshold: threshold, informer: informer, warned: map[types.UID]bool{},
+		desc: prometheus.NewDesc(prometheus.BuildFQName(metrics.Namespace, "", metrics.ContentsWithoutSidecar),
+			"VolumeSnapshotContents that have waited longer than --sidecar-liveness-threshold for a driver whose csi-snapshotter sidecars hold no live leader-election Lease.",
+			[]string{metrics.LabelDriver}, nil)}
+}
+
+// sidecarLive tells whether a Lease of driver's sidecars was renewed within its duration.
+func (l *liveness) sidecarLive(driver string, now time.Time) bool {
+	for _, name := range protocol.SidecarLeaseNames(driver) {
+		objs, _ := l.informer.GetIndexer().ByIndex(byLeaseName, name)
+		for _, obj := range objs {
+			if lease, ok := obj.(*coordinationv1.Lease); ok && protocol.ReadLease(lease, now).Live {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// runLiveness watches the Leases and checks the waiting contents every threshold/5 until ctx
+// is done.
+func (c *Controller) runLiveness(ctx context.Context) {
+	l := c.liveness
+	go l.informer.Run(ctx.Done())
+	if !cache.WaitForCacheSync(ctx.Done(), l.informer.HasSynced) {
+		return
+	}
+	ticker := time.NewTicker(max(l.threshold/5, time.Second))
+	defer ticker.Stop()
+	for {
+		c.checkLiveness(ctx)
+		select {
+		case <-ctx.Done():
+			return
+		case <-ticker.C:
+		}
+	}
+}
+
+// waitingContents returns, per driver, the contents that have waited longer than the threshold
+// for their sidecar: to be created, or deleted from the backend.
+func (c *Controller) waitingContents(now time.Time) map[string][]*snapshotv1.VolumeSnapshotContent {
+	contents, err := c.contents.List(everything)
+	if err != nil {
+		return nil
+	}
+	out := map[string][]*snapshotv1.VolumeSnapshotContent{}
+	for _, content := range contents {
+		since, waits := content.CreationTimestamp.Time, false
+		switch {
+		case content.DeletionTimestamp != nil:
+			since, waits = content.DeletionTimestamp.Time, hasFinalizer(content, protocol.ContentBoundFinalizer)
+		default:
+			st := content.Status
+			ready, failed := st != nil && st.ReadyToUse != nil && *st.ReadyToUse, st != nil && st.Error != nil
+			waits = !ready && !failed && content.Annotations[protocol.AnnGroupSnapshotHandle] == ""
+		}
+		if waits && now.Sub(since) > c.liveness.threshold {
+			out[content.Spec.Driver] = append(out[content.Spec.Driver], content)
+		}
+	}
+	return out
+}
+
+// checkLiveness warns once on each snapshot whose content has waited longer than the threshold
+// for a driver without a live sidecar.
+func (c *Controller) checkLiveness(ctx context.Context) {
+	l, now := c.liveness, c.clock.Now()
+	waiting := c.waitingContents(now)
+	seen := map[types.UID]bool{}
+	for driver, contents := range waiting {
+		if l.sidecarLive(driver, now) {
+			continue
+		}
+		for _, content := range contents {
+			seen[content.UID] = true
+			l.mu.Lock()
+			done := l.warned[content.UID]
+			l.warned[content.UID] = true
+			l.mu.Unlock()
+			if !done {
+				c.warnNoSidecar(ctx, content, now)
+			}
+		}
+	}
+	l.mu.Lock()
+	for uid := range l.warned {
+		if !seen[uid] {
+			delete(l.warned, uid)
+		}
+	}
+	l.mu.Unlock()
+}
+
+func (c *Controller) warnNoSidecar(ctx context.Context, content *snapshotv1.VolumeSnapshotContent, now time.Time) {
+	since, what := content.CreationTimestamp.Time, "to create its backend snapshot"
+	if content.DeletionTimestamp != nil {
+		since, what = content.DeletionTimestamp.Time, "to delete its backend snapshot"
+	}
+	msg := fmt.Sprintf("VolumeSnapshotContent %s has waited %s for the csi-snapshotter of driver %s %s, but no sidecar of that driver holds a live Lease (%s; a sidecar without leader election holds none)",
+		content.Name, now.Sub(since).Round(time.Second), content.Spec.Driver, what, strings.Join(protocol.SidecarLeaseNames(content.Spec.Driver), " or "))
+	klog.FromContext(ctx).Info("No live sidecar for a waiting content", "content", klog.KObj(content), "driver", content.Spec.Driver)
+	ref := content.Spec.VolumeSnapshotRef
+	if vs, err := c.snapshots.VolumeSnapshots(ref.Namespace).Get(ref.Name); err == nil && (ref.UID == "" || vs.UID == ref.UID) {
+		c.recorder.Event(vs, corev1.EventTypeWarning, ReasonNoSidecar, msg)
+		return
+	}
+	c.recorder.Event(content, corev1.EventTypeWarning, ReasonNoSidecar, msg)
+}
+
+// livenessMetrics reports, per driver without a live sidecar, the contents waiting longer than
+// the threshold; computed from the caches at each scrape.
+type livenessMetrics struct{ c *Controller }
+
+func (m livenessMetrics) Describe(ch chan<- *prometheus.Desc) { ch <- m.c.liveness.desc }
+
+func (m livenessMetrics) Collect(ch chan<- prometheus.Metric) {
+	l, now := m.c.liveness, m.c.clock.Now()
+	if !l.informer.HasSynced() {
+		return
+	}
+	for driver, contents := range m.c.waitingContents(now) {
+		n := 0.0
+		if !l.sidecarLive(driver, now) {
+			n = float64(len(contents))
+		}
+		ch <- prometheus.MustNewConstMetric(l.desc, prometheus.GaugeValue, n, driver)
+	}
+}
