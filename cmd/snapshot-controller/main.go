@@ -38,6 +38,7 @@ func main() {
 	fs.BoolVar(&opts.Controller.DistributedSnapshotting, "enable-distributed-snapshotting", false, "Label each content with the node of its volume, for node-local sidecars.")
 	fs.BoolVar(&opts.Controller.ReadyEvents, "ready-events", false, "Record a Normal event when a snapshot or group snapshot becomes ready (status.readyToUse says the same; each event is an API write). Failures always get a Warning event.")
 	fs.BoolVar(&opts.Controller.PreventVolumeModeConversion, "prevent-volume-mode-conversion", true, "Record each content's source volume mode so that restores cannot change it unnoticed.")
+	fs.BoolVar(&opts.Controller.Schedules, "snapshot-schedules", true, "Take and prune snapshots for SnapshotSchedules (snapshot.shutter.dev) once their CRD is served.")
 	gates := featureGates{"CSIVolumeGroupSnapshot": true}
 	fs.Var(gates, "feature-gates", "Comma-separated Name=true|false pairs. CSIVolumeGroupSnapshot (default true) reconciles VolumeGroupSnapshots.")
 	showVersion := fs.Bool("version", false, "Print the version and exit.")

@@ -18,8 +18,22 @@ const (
 	SnapshotsFailed   = "snapshots_failed"
 	SnapshotsDeleting = "snapshots_being_deleted"
 
+	// SnapshotSchedule runs: taken or failed (by result), missed, failures by reason, pruned
+	// snapshots, how late runs start and how far ahead the next run is.
+	ScheduleRuns        = "schedule_runs_total"
+	ScheduleMissedRuns  = "schedule_missed_runs_total"
+	ScheduleFailures    = "schedule_failures_total"
+	SchedulePruned      = "schedule_snapshots_pruned_total"
+	ScheduleRunLag      = "schedule_run_lag_seconds"
+	ScheduleNextRunWait = "schedule_next_run_seconds"
+
 	LabelOperation = "operation"
 	LabelStatus    = "status"
+	LabelResult    = "result"
+	LabelReason    = "reason"
+
+	RunTaken  = "taken"
+	RunFailed = "failed"
 
 	OperationCreate      = "CreateSnapshot"
 	OperationDelete      = "DeleteSnapshot"
