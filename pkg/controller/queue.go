@@ -26,7 +26,6 @@ import (
 	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
 	"k8s.io/client-go/util/workqueue"
 	"k8s.io/klog/v2"
-	"k8s.io/utils/clock"
 )
 
 // SyncFunc reconciles the object behind one key.
@@ -39,9 +38,6 @@ type Options struct {
 	// QPS and Burst bound retries across all keys together; zero means 10 and 100.
 	QPS   float64
 	Burst int
-	// Clock runs the queue's delays (AddAfter and retries); nil means the real clock. Tests of
-	// time-driven reconcilers pass a fake clock and step it.
-	Clock clock.WithTicker
 }
 
 // Queue is a named, rate-limited work queue of keys with the routing of sync outcomes.
@@ -81,9 +77,6 @@ func newQueue[K comparable](name string, opts Options, sync SyncFunc[K], store w
 	if opts.QPS <= 0 {
 		opts.QPS, opts.Burst = 10, 100
 	}
-	if opts.Clock == nil {
-		opts.Clock = clock.RealClock{}
-	}
 	limiter := workqueue.NewTypedMaxOfRateLimiter(
 		workqueue.NewTypedItemExponentialFailureRateLimiter[K](opts.RetryStart, opts.RetryMax),
 		&workqueue.TypedBucketRateLimiter[K]{Limiter: rate.NewLimiter(rate.Limit(opts.QPS), opts.Burst)},
@@ -95,7 +88,6 @@ func newQueue[K comparable](name string, opts Options, sync SyncFunc[K], store w
 			Name: name,
 			DelayingQueue: workqueue.NewTypedDelayingQueueWithConfig(workqueue.TypedDelayingQueueConfig[K]{
 				Name:  name,
-				Clock: opts.Clock,
 				Queue: workqueue.NewTypedWithConfig(workqueue.TypedQueueConfig[K]{Name: name, Queue: store}),
 			}),
 		}),

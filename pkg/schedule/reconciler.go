@@ -11,7 +11,8 @@
 //   - Only snapshots with the schedule's label and owner reference are ever pruned; never one
 //     labelled snapshot.shutter.dev/keep=true, never one still being taken, and a failed one
 //     never makes a ready one go (see Policy).
-//   - Each schedule has one timer, the queue's AddAfter to its next run; nothing polls.
+//   - Each schedule has one timer, on the reconciler's clock, that adds its key to the queue at
+//     its next run; nothing polls. (The queue's own delays, its retries, stay on real time.)
 //   - Status is written through the status subresource, only when it changed, with the
 //     resourceVersion as precondition, and remembered in the own-write cache.
 package schedule
@@ -20,6 +21,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -41,11 +43,11 @@ var errNameTaken = errors.New("snapshot name taken")
 type Options struct {
 	// Workers is the number of workers of the schedule queue.
 	Workers int
-	// Retry bounds the per-key backoff; its Clock also runs the schedules' timers.
+	// Retry bounds the per-key backoff.
 	Retry controller.Options
-	// Clock is the time schedules are read against; nil means the real clock. It is also the
-	// queue's clock, so that a test's fake clock fires the schedules' timers when stepped.
-	Clock clock.WithTicker
+	// Clock is the time schedules are read against and their timers run on; nil means the
+	// real clock. Tests pass a fake clock and step it.
+	Clock clock.WithDelayedExecution
 	// Synced, when set, is called after each sync of a schedule (tests wait on it).
 	Synced func(key controller.Key)
 }
@@ -55,7 +57,7 @@ type Reconciler struct {
 	opts     Options
 	client   clientset.Interface
 	recorder record.EventRecorder
-	clock    clock.WithTicker
+	clock    clock.WithDelayedExecution
 
 	schedules schedulelisters.SnapshotScheduleLister
 	claims    corelisters.PersistentVolumeClaimLister
@@ -66,6 +68,10 @@ type Reconciler struct {
 	statusWrites *controller.Writes[*schedulev1alpha1.SnapshotSchedule]
 	queue        *controller.Queue[controller.Key]
 	synced       []cache.InformerSynced
+
+	// timersMu guards timers, each schedule's wake-up at its next run.
+	timersMu sync.Mutex
+	timers   map[controller.Key]clock.Timer
 }
 
 // Run waits for the caches, then runs the workers until ctx is done.
@@ -84,6 +90,7 @@ func (r *Reconciler) syncKey(ctx context.Context, key controller.Key) error {
 	}
 	s, err := r.schedules.SnapshotSchedules(key.Namespace).Get(key.Name)
 	if err != nil {
+		r.wakeAt(key, time.Time{})
 		return ignoreNotFound(err)
 	}
 	s = r.statusWrites.Latest(s)
@@ -111,3 +118,18 @@ func (r *Reconciler) kindOf(s *schedulev1alpha1.SnapshotSchedule) kind {
 }
 
 func (r *Reconciler) now() time.Time { return r.clock.Now() }
+
+// wakeAt replaces the schedule's timer with one that queues key at next; a zero next only stops
+// the timer.
+func (r *Reconciler) wakeAt(key controller.Key, next time.Time) {
+	r.timersMu.Lock()
+	defer r.timersMu.Unlock()
+	if t, ok := r.timers[key]; ok {
+		t.Stop()
+		delete(r.timers, key)
+	}
+	if next.IsZero() {
+		return
+	}
+	r.timers[key] = r.clock.AfterFunc(next.Sub(r.clock.Now()), func() { r.queue.Add(key) })
+}

@@ -49,8 +49,8 @@ func New(cfg Config) (*Reconciler, error) {
 	if opts.Clock == nil {
 		opts.Clock = clock.RealClock{}
 	}
-	opts.Retry.Clock = opts.Clock
 	r := &Reconciler{opts: opts, client: cfg.Client, recorder: cfg.Recorder, clock: opts.Clock,
+		timers:       map[controller.Key]clock.Timer{},
 		statusWrites: controller.NewWrites[*schedulev1alpha1.SnapshotSchedule]().WithTrim(controller.Trimmed[*schedulev1alpha1.SnapshotSchedule](controller.TrimMeta)),
 	}
 	r.queue = controller.NewQueue("snapshotschedule", opts.Retry, r.syncKey)

@@ -36,10 +36,13 @@ const (
 // reports; otherwise the run due (if any) is taken or counted as missed, the snapshots are
 // pruned, the status is written, and the key waits for the next run.
 func (r *Reconciler) sync(ctx context.Context, s *schedulev1alpha1.SnapshotSchedule) error {
+	key := controller.KeyOf(s)
 	if s.DeletionTimestamp != nil {
+		r.wakeAt(key, time.Time{})
 		return nil
 	}
 	st := newStatus(s, r.now())
+	r.wakeAt(key, time.Time{})
 	c, policy, err := parseSpec(s)
 	if err != nil {
 		return r.invalid(ctx, s, st, err)
@@ -75,7 +78,8 @@ func (r *Reconciler) sync(ctx context.Context, s *schedulev1alpha1.SnapshotSched
 		return err
 	}
 	scheduleNextRun.Observe(next.Sub(now).Seconds())
-	return controller.RequeueAfter(next.Sub(now), "next run")
+	r.wakeAt(key, next)
+	return nil
 }
 
 // runDue takes the latest run due since the last one dealt with, or counts it missed.
