@@ -24,9 +24,10 @@ import (
 type kind interface {
 	// list returns the schedule's snapshots that are not being deleted.
 	list(s *schedulev1alpha1.SnapshotSchedule) ([]Item, error)
-	// create takes the run at t of the selected claims. An object of that name that the
-	// schedule owns already is the run taken before (a restart or another replica).
-	create(ctx context.Context, s *schedulev1alpha1.SnapshotSchedule, claims []*corev1.PersistentVolumeClaim, t time.Time) error
+	// create takes the run at t of the selected claims and returns what it made (or found). An
+	// object of that name that the schedule owns already is the run taken before (a restart or
+	// another replica).
+	create(ctx context.Context, s *schedulev1alpha1.SnapshotSchedule, claims []*corev1.PersistentVolumeClaim, t time.Time) ([]Item, error)
 	// delete removes one of the schedule's snapshots, if it is still the one listed.
 	delete(ctx context.Context, namespace string, it Item) error
 }
@@ -64,7 +65,8 @@ func snapshotState(st *snapshotv1.VolumeSnapshotStatus) State {
 	return Pending
 }
 
-func (k volumeSnapshots) create(ctx context.Context, s *schedulev1alpha1.SnapshotSchedule, claims []*corev1.PersistentVolumeClaim, t time.Time) error {
+func (k volumeSnapshots) create(ctx context.Context, s *schedulev1alpha1.SnapshotSchedule, claims []*corev1.PersistentVolumeClaim, t time.Time) ([]Item, error) {
+	var made []Item
 	for _, pvc := range claims {
 		vs := &snapshotv1.VolumeSnapshot{
 			ObjectMeta: objectMeta(s, SnapshotName(s.Name, pvc.Name, t), t),
@@ -82,10 +84,11 @@ func (k volumeSnapshots) create(ctx context.Context, s *schedulev1alpha1.Snapsho
 			})
 		}
 		if err != nil {
-			return fmt.Errorf("create VolumeSnapshot %s: %w", vs.Name, err)
+			return made, fmt.Errorf("create VolumeSnapshot %s: %w", vs.Name, err)
 		}
+		made = append(made, Item{Name: vs.Name, Series: pvc.Name, Time: t, State: Pending})
 	}
-	return nil
+	return made, nil
 }
 
 func (k volumeSnapshots) delete(ctx context.Context, namespace string, it Item) error {
@@ -118,7 +121,7 @@ func (k volumeGroupSnapshots) list(s *schedulev1alpha1.SnapshotSchedule) ([]Item
 	return items, nil
 }
 
-func (k volumeGroupSnapshots) create(ctx context.Context, s *schedulev1alpha1.SnapshotSchedule, _ []*corev1.PersistentVolumeClaim, t time.Time) error {
+func (k volumeGroupSnapshots) create(ctx context.Context, s *schedulev1alpha1.SnapshotSchedule, _ []*corev1.PersistentVolumeClaim, t time.Time) ([]Item, error) {
 	vgs := &groupv1.VolumeGroupSnapshot{
 		ObjectMeta: objectMeta(s, SnapshotName(s.Name, "", t), t),
 		Spec: groupv1.VolumeGroupSnapshotSpec{
@@ -135,9 +138,9 @@ func (k volumeGroupSnapshots) create(ctx context.Context, s *schedulev1alpha1.Sn
 		})
 	}
 	if err != nil {
-		return fmt.Errorf("create VolumeGroupSnapshot %s: %w", vgs.Name, err)
+		return nil, fmt.Errorf("create VolumeGroupSnapshot %s: %w", vgs.Name, err)
 	}
-	return nil
+	return []Item{{Name: vgs.Name, Time: t, State: Pending}}, nil
 }
 
 func (k volumeGroupSnapshots) delete(ctx context.Context, namespace string, it Item) error {
@@ -177,6 +180,20 @@ func taken(ctx context.Context, s *schedulev1alpha1.SnapshotSchedule, name strin
 		return fmt.Errorf("%w: %s exists and does not belong to this schedule", errNameTaken, name)
 	}
 	return nil
+}
+
+// withMade adds to the listed items those just made that the informer does not show yet.
+func withMade(items, made []Item) []Item {
+	listed := map[string]bool{}
+	for _, it := range items {
+		listed[it.Name] = true
+	}
+	for _, it := range made {
+		if !listed[it.Name] {
+			items = append(items, it)
+		}
+	}
+	return items
 }
 
 // item turns a snapshot into what retention sees.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sort"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -61,12 +62,14 @@ func (r *Reconciler) sync(ctx context.Context, s *schedulev1alpha1.SnapshotSched
 	if err != nil {
 		return err
 	}
-	if err := r.runDue(ctx, s, st, c, k, items, now); err != nil {
+	made, err := r.runDue(ctx, s, st, c, k, items, now)
+	if err != nil {
 		return err
 	}
 	if items, err = k.list(s); err != nil {
 		return err
 	}
+	items = withMade(items, made)
 	items = r.prune(ctx, s, st, k, policy, c.Location(), items, now)
 	if msg := st.observe(items); msg != "" {
 		r.recorder.Event(s, corev1.EventTypeWarning, ReasonSnapshotFailed, msg)
@@ -82,43 +85,45 @@ func (r *Reconciler) sync(ctx context.Context, s *schedulev1alpha1.SnapshotSched
 	return nil
 }
 
-// runDue takes the latest run due since the last one dealt with, or counts it missed.
+// runDue takes the latest run due since the last one dealt with, or counts it missed. It
+// returns the snapshots it made.
 func (r *Reconciler) runDue(ctx context.Context, s *schedulev1alpha1.SnapshotSchedule, st *status, c *Cron,
-	k kind, items []Item, now time.Time) error {
+	k kind, items []Item, now time.Time) ([]Item, error) {
 	logger := klog.FromContext(ctx)
 	due, earlier, ok := c.Due(st.watermark(s), now)
 	if !ok {
-		return nil
+		return nil, nil
 	}
 	late := now.Sub(due)
 	if d := s.Spec.StartingDeadlineSeconds; d != nil && late > time.Duration(*d)*time.Second {
 		r.missed(s, st, due, earlier+1, "the run is later than startingDeadlineSeconds")
-		return nil
+		return nil, nil
 	}
 	if s.Spec.ConcurrencyPolicy == schedulev1alpha1.ConcurrencyForbid && st.previousPending(items) {
 		logger.V(4).Info("Previous run not ready; holding the run", "run", due)
-		return nil
+		return nil, nil
 	}
 	if earlier > 0 {
-		r.missed(s, st, time.Time{}, earlier, "the controller was not running or the run was held back")
+		r.missed(s, st, time.Time{}, earlier, "their time passed while the controller was down, the schedule was suspended or a run was held back")
 	}
 	return r.take(ctx, s, st, k, due, late)
 }
 
 // take creates the run's snapshots and records the run in st.
-func (r *Reconciler) take(ctx context.Context, s *schedulev1alpha1.SnapshotSchedule, st *status, k kind, due time.Time, late time.Duration) error {
+func (r *Reconciler) take(ctx context.Context, s *schedulev1alpha1.SnapshotSchedule, st *status, k kind,
+	due time.Time, late time.Duration) ([]Item, error) {
 	claims, err := r.selectClaims(s)
 	if err != nil {
-		return r.invalid(ctx, s, st, err)
+		return nil, r.invalid(ctx, s, st, err)
 	}
 	if len(claims) == 0 {
 		msg := fmt.Sprintf("no claim in namespace %s matches claimSelector; run %s took nothing", s.Namespace, due.Format(time.RFC3339))
 		r.recorder.Event(s, corev1.EventTypeWarning, ReasonNoClaims, msg)
 		st.taken(due, ReasonNoClaims, msg)
 		scheduleRuns.WithLabelValues(metrics.RunFailed).Inc()
-		return nil
+		return nil, nil
 	}
-	err = k.create(ctx, s, claims, due)
+	made, err := k.create(ctx, s, claims, due)
 	switch {
 	case err == nil:
 		st.taken(due, "", "")
@@ -127,15 +132,15 @@ func (r *Reconciler) take(ctx context.Context, s *schedulev1alpha1.SnapshotSched
 		r.recorder.Event(s, corev1.EventTypeWarning, ReasonCreateFailed, err.Error())
 		st.taken(due, ReasonCreateFailed, err.Error())
 		scheduleRuns.WithLabelValues(metrics.RunFailed).Inc()
-		return nil
+		return made, nil
 	default:
 		// The run is not recorded, so the retry takes it again, by the same names.
-		return err
+		return nil, err
 	}
 	scheduleRuns.WithLabelValues(metrics.RunTaken).Inc()
 	scheduleRunLag.Observe(late.Seconds())
 	klog.FromContext(ctx).V(2).Info("Took scheduled snapshots", "run", due, "claims", len(claims), "late", late)
-	return nil
+	return made, nil
 }
 
 // missed counts n runs as skipped, the latest of them at t (zero: not the one due).
@@ -174,7 +179,7 @@ func (r *Reconciler) prune(ctx context.Context, s *schedulev1alpha1.SnapshotSche
 	return left
 }
 
-// selectClaims lists the claims the selector picks, leaving out those being deleted.
+// selectClaims lists the claims the selector picks, by name, leaving out those being deleted.
 func (r *Reconciler) selectClaims(s *schedulev1alpha1.SnapshotSchedule) ([]*corev1.PersistentVolumeClaim, error) {
 	sel, err := metav1.LabelSelectorAsSelector(&s.Spec.ClaimSelector)
 	if err != nil {
@@ -190,6 +195,7 @@ func (r *Reconciler) selectClaims(s *schedulev1alpha1.SnapshotSchedule) ([]*core
 			claims = append(claims, pvc)
 		}
 	}
+	sort.Slice(claims, func(i, j int) bool { return claims[i].Name < claims[j].Name })
 	return claims, nil
 }
 
