@@ -1,6 +1,7 @@
 // Package schedule tests the SnapshotSchedule reconciler on a real control plane with a fake
 // clock: the tests step the clock from run to run and play the part of the snapshot controller
-// and sidecar by writing the snapshots' status themselves.
+// and sidecar by writing the snapshots' status themselves. Each test's reconciler watches only the
+// test's namespace, so the package can share the control plane of `make test`.
 package schedule
 
 import (
@@ -67,7 +68,7 @@ type env struct {
 }
 
 func setup(t *testing.T) *env {
-	e := testenv.StartDedicated(t)
+	e := testenv.Start(t)
 	testenv.InstallCRDs(t, e.Config)
 	kube := kubernetes.NewForConfigOrDie(e.Config)
 	return &env{kube: kube, client: clientset.NewForConfigOrDie(e.Config), ns: testenv.Namespace(t, kube), synced: newSignal()}
