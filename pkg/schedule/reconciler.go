@@ -131,5 +131,10 @@ func (r *Reconciler) wakeAt(key controller.Key, next time.Time) {
 	if next.IsZero() {
 		return
 	}
-	r.timers[key] = r.clock.AfterFunc(next.Sub(r.clock.Now()), func() { r.queue.Add(key) })
+	d := next.Sub(r.clock.Now())
+	if d <= 0 { // the run came due while the sync ran
+		r.queue.Add(key)
+		return
+	}
+	r.timers[key] = r.clock.AfterFunc(d, func() { r.queue.Add(key) })
 }

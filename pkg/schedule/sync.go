@@ -77,12 +77,11 @@ func (r *Reconciler) sync(ctx context.Context, s *schedulev1alpha1.SnapshotSched
 	}
 	next := c.Next(now)
 	st.scheduleNext(next)
-	if err := r.writeStatus(ctx, s, st); err != nil {
-		return err
-	}
-	scheduleNextRun.Observe(next.Sub(now).Seconds())
+	// The timer is set before the status says when the next run is: whoever reads that status
+	// and lets the time pass finds the timer running.
 	r.wakeAt(key, next)
-	return nil
+	scheduleNextRun.Observe(next.Sub(now).Seconds())
+	return r.writeStatus(ctx, s, st)
 }
 
 // runDue takes the latest run due since the last one dealt with, or counts it missed. It

@@ -17,6 +17,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
 	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
@@ -203,6 +204,37 @@ func (e *env) setStatus(t *testing.T, name string, ready bool, errMsg string) {
 	}
 	if _, err := e.client.SnapshotV1().VolumeSnapshots(e.ns).UpdateStatus(context.Background(), vs, metav1.UpdateOptions{}); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// readyActor marks every VolumeSnapshot created in the namespace ready, as controller and
+// sidecar would, with a few writers at once, until the test ends.
+func (e *env) readyActor(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	w, err := e.client.SnapshotV1().VolumeSnapshots(e.ns).Watch(ctx, metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	todo := make(chan *snapshotv1.VolumeSnapshot, 100)
+	var wg sync.WaitGroup
+	t.Cleanup(func() { cancel(); w.Stop(); wg.Wait() })
+	wg.Go(func() {
+		defer close(todo)
+		for ev := range w.ResultChan() {
+			if vs, ok := ev.Object.(*snapshotv1.VolumeSnapshot); ok && ev.Type == watch.Added && vs.Status == nil {
+				todo <- vs
+			}
+		}
+	})
+	for range 4 {
+		wg.Go(func() {
+			for vs := range todo {
+				vs.Status = &snapshotv1.VolumeSnapshotStatus{ReadyToUse: ptr(true)}
+				if _, err := e.client.SnapshotV1().VolumeSnapshots(e.ns).UpdateStatus(ctx, vs, metav1.UpdateOptions{}); err != nil && ctx.Err() == nil {
+					t.Errorf("mark %s ready: %v", vs.Name, err)
+				}
+			}
+		})
 	}
 }
 
