@@ -50,7 +50,7 @@ func TestEveryMinute(t *testing.T) {
 	e.schedule(t, "every", schedulev1alpha1.SnapshotScheduleSpec{
 		Schedule: "* * * * *", TimeZone: ptr("Europe/Berlin"),
 		ClaimSelector: metav1.LabelSelector{MatchLabels: map[string]string{"app": "db"}},
-		Retention: &schedulev1alpha1.Retention{MaxCount: int32p(3), Hourly: int32p(4), Daily: int32p(2), Weekly: int32p(2)},
+		Retention:     &schedulev1alpha1.Retention{MaxCount: int32p(3), Hourly: int32p(4), Daily: int32p(2), Weekly: int32p(2)},
 	})
 	e.resume(t, "every", start)
 	e.startController(t)

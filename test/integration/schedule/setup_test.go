@@ -247,19 +247,32 @@ func names(m map[string]*snapshotv1.VolumeSnapshot) []string {
 	return out
 }
 
-// logTable prints every snapshot the test saw and whether it is kept at the end.
+// logTable prints every snapshot the test saw and whether it is kept at the end; a stretch of
+// pruned ones is one line.
 func logTable(t *testing.T, seen []string, kept map[string]*snapshotv1.VolumeSnapshot, loc *time.Location) {
 	var b strings.Builder
-	fmt.Fprintf(&b, "\n  %-40s %-22s %s", "snapshot", "run ("+loc.String()+")", "verdict")
-	nKept := 0
-	for _, n := range seen {
-		verdict := "pruned"
-		if kept[n] != nil {
-			verdict = "kept"
-			nKept++
-		}
+	runAt := func(n string) string {
 		at, _ := time.Parse("20060102t1504z", n[strings.LastIndex(n, "-")+1:])
-		fmt.Fprintf(&b, "\n  %-40s %-22s %s", n, at.In(loc).Format("Mon 2006-01-02 15:04"), verdict)
+		return at.In(loc).Format("Mon 2006-01-02 15:04 MST")
+	}
+	fmt.Fprintf(&b, "\n  %-40s %-26s %s", "snapshot", "run ("+loc.String()+")", "verdict")
+	nKept := 0
+	for i := 0; i < len(seen); i++ {
+		if kept[seen[i]] != nil {
+			nKept++
+			fmt.Fprintf(&b, "\n  %-40s %-26s kept", seen[i], runAt(seen[i]))
+			continue
+		}
+		j := i
+		for j+1 < len(seen) && kept[seen[j+1]] == nil {
+			j++
+		}
+		if j == i {
+			fmt.Fprintf(&b, "\n  %-40s %-26s pruned", seen[i], runAt(seen[i]))
+		} else {
+			fmt.Fprintf(&b, "\n  %-40s %-26s pruned (%d runs)", seen[i]+" .. "+seen[j][strings.LastIndex(seen[j], "-")+1:], runAt(seen[i])+" ..", j-i+1)
+		}
+		i = j
 	}
 	fmt.Fprintf(&b, "\n  %d taken, %d kept, %d pruned", len(seen), nKept, len(seen)-nKept)
 	t.Log(b.String())
