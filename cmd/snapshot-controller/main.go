@@ -69,6 +69,7 @@ func parseFlags(args []string) (snapshot.RunOptions, bool, error) {
 	fs.BoolVar(&opts.Controller.ReadyEvents, "ready-events", false, "Record a Normal event when a snapshot or group snapshot becomes ready (status.readyToUse says the same; each event is an API write). Failures always get a Warning event.")
 	fs.DurationVar(&opts.Controller.SidecarLivenessThreshold, "sidecar-liveness-threshold", 5*time.Minute, "A snapshot whose content has waited this long for its driver's csi-snapshotter gets a Warning event when no sidecar of the driver holds a live leader-election Lease (watches the Leases of every namespace but kube-node-lease); 0 turns the check off.")
 	fs.BoolVar(&opts.Controller.PreventVolumeModeConversion, "prevent-volume-mode-conversion", true, "Record each content's source volume mode so that restores cannot change it unnoticed.")
+	fs.BoolVar(&opts.Controller.Schedules, "snapshot-schedules", true, "Take and prune snapshots for SnapshotSchedules (snapshot.shutter.dev) once their CRD is served.")
 	gates := featureGates{"CSIVolumeGroupSnapshot": true}
 	fs.Var(gates, "feature-gates", "Comma-separated Name=true|false pairs. CSIVolumeGroupSnapshot (default true) reconciles VolumeGroupSnapshots.")
 	showVersion := fs.Bool("version", false, "Print the version and exit.")

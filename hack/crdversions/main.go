@@ -8,6 +8,8 @@
 // snapshot.storage.k8s.io it adds v1beta1 with served and storage false, so clusters whose
 // status.storedVersions still lists v1beta1 accept the update. Every CRD gets conversion strategy
 // None; the Helm chart switches the group CRDs to the conversion webhook when it runs one.
+// Shutter's own group, snapshot.shutter.dev, has only the version it is generated with and is
+// left as it is.
 //
 // Usage: go run ./hack/crdversions <crd-dir>
 package main
@@ -24,6 +26,7 @@ import (
 const (
 	snapshotGroup      = "snapshot.storage.k8s.io"
 	groupSnapshotGroup = "groupsnapshot.storage.k8s.io"
+	shutterGroup       = "snapshot.shutter.dev"
 	contentKind        = "VolumeGroupSnapshotContent"
 )
 
@@ -73,6 +76,9 @@ func rewrite(path string) error {
 // addVersions adds the older versions of the CRD's group next to the generated v1.
 func addVersions(crd obj) error {
 	spec, _ := crd["spec"].(obj)
+	if spec["group"] == shutterGroup {
+		return nil
+	}
 	versions, _ := spec["versions"].([]any)
 	if len(versions) != 1 {
 		return fmt.Errorf("want exactly the generated v1, found %d versions", len(versions))

@@ -43,6 +43,21 @@ const (
 	LabelStatus    = "status"
 	LabelKind      = "kind"
 
+	// SnapshotSchedule runs: taken or failed (by result), missed, failures by reason, pruned
+	// snapshots, how late runs start and how far ahead the next run is.
+	ScheduleRuns        = "schedule_runs_total"
+	ScheduleMissedRuns  = "schedule_missed_runs_total"
+	ScheduleFailures    = "schedule_failures_total"
+	SchedulePruned      = "schedule_snapshots_pruned_total"
+	ScheduleRunLag      = "schedule_run_lag_seconds"
+	ScheduleNextRunWait = "schedule_next_run_seconds"
+
+	LabelResult = "result"
+	LabelReason = "reason"
+
+	RunTaken  = "taken"
+	RunFailed = "failed"
+
 	OperationCreate      = "CreateSnapshot"
 	OperationDelete      = "DeleteSnapshot"
 	OperationCreateGroup = "CreateGroupSnapshot"

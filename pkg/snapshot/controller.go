@@ -50,6 +50,8 @@ type Options struct {
 	PreventVolumeModeConversion bool
 	// Groups turns on VolumeGroupSnapshots (the CSIVolumeGroupSnapshot feature gate).
 	Groups bool
+	// Schedules runs the SnapshotSchedule reconciler (pkg/schedule) once its CRD is served.
+	Schedules bool
 	// StatusGrace is how long a new snapshot's status waits for the sidecar's first report, so
 	// that binding and readiness usually land in one write.
 	StatusGrace time.Duration

@@ -24,6 +24,7 @@ import (
 	snapinformers "github.com/shutter-csi/shutter/client/informers/externalversions"
 	"github.com/shutter-csi/shutter/pkg/app"
 	"github.com/shutter-csi/shutter/pkg/metrics"
+	"github.com/shutter-csi/shutter/pkg/schedule"
 )
 
 // RunOptions are everything cmd/snapshot-controller takes from its flags.
@@ -122,6 +123,10 @@ func runController(ctx context.Context, clients Clients, reg prometheus.Register
 	}()
 	if opts.Groups {
 		go enableGroupsWhenServed(ctx, kube, c, snapInformers)
+	}
+	if opts.Schedules {
+		go schedule.RunWhenServed(ctx, schedule.Config{Kube: kube, Client: clients.Snapshots, KubeInformers: kubeInformers,
+			SnapInformers: snapInformers, Recorder: recorder, Registerer: reg, Options: schedule.Options{Retry: opts.Retry}}, opts.Groups)
 	}
 	defer kubeInformers.Shutdown()
 	defer snapInformers.Shutdown()

@@ -40,7 +40,7 @@ func TestPrinterColumnsAndShortNames(t *testing.T) {
 		"volumesnapshots.snapshot.storage.k8s.io", "volumesnapshotcontents.snapshot.storage.k8s.io",
 		"volumesnapshotclasses.snapshot.storage.k8s.io", "volumegroupsnapshots.groupsnapshot.storage.k8s.io",
 		"volumegroupsnapshotcontents.groupsnapshot.storage.k8s.io",
-		"volumegroupsnapshotclasses.groupsnapshot.storage.k8s.io",
+		"volumegroupsnapshotclasses.groupsnapshot.storage.k8s.io", "snapshotschedules.snapshot.shutter.dev",
 	} {
 		if established[crd] != "True" {
 			t.Errorf("kubectl get crd: %s is not Established (%q)", crd, established[crd])
@@ -55,6 +55,7 @@ func TestPrinterColumnsAndShortNames(t *testing.T) {
 		`{"apiVersion":"groupsnapshot.storage.k8s.io/v1","kind":"VolumeGroupSnapshot","metadata":{"name":"NAME","namespace":"NS"},"spec":{"source":{"selector":{"matchLabels":{"a":"b"}}}}}`,
 		`{"apiVersion":"groupsnapshot.storage.k8s.io/v1","kind":"VolumeGroupSnapshotContent","metadata":{"name":"NAME"},"spec":{"deletionPolicy":"Delete","driver":"d","source":{"volumeHandles":["v"]},"volumeGroupSnapshotRef":{"name":"g","namespace":"NS"}}}`,
 		`{"apiVersion":"groupsnapshot.storage.k8s.io/v1","kind":"VolumeGroupSnapshotClass","metadata":{"name":"NAME"},"driver":"d","deletionPolicy":"Delete"}`,
+		`{"apiVersion":"snapshot.shutter.dev/v1alpha1","kind":"SnapshotSchedule","metadata":{"name":"NAME","namespace":"NS"},"spec":{"schedule":"@hourly","timeZone":"Europe/Berlin","claimSelector":{}}}`,
 	}
 	for _, obj := range objects {
 		cmd := exec.Command(filepath.Join(bin, "kubectl"), "--kubeconfig", env.Kubeconfig, "create", "-f", "-")
@@ -80,6 +81,7 @@ func TestPrinterColumnsAndShortNames(t *testing.T) {
 		{[]string{"vgs"}, true, "NAME READYTOUSE VOLUMEGROUPSNAPSHOTCLASS VOLUMEGROUPSNAPSHOTCONTENT CREATIONTIME AGE"},
 		{[]string{"vgsc", "vgscs"}, false, "NAME READYTOUSE DELETIONPOLICY DRIVER VOLUMEGROUPSNAPSHOTCLASS VOLUMEGROUPSNAPSHOTNAMESPACE VOLUMEGROUPSNAPSHOT AGE"},
 		{[]string{"vgsclass", "vgsclasses"}, false, "NAME DRIVER DELETIONPOLICY AGE"},
+		{[]string{"snapsched", "snapshotschedule"}, true, "NAME SCHEDULE TIMEZONE SUSPEND READY KEPT LASTSCHEDULE AGE"},
 	}
 	for _, tc := range tests {
 		for _, short := range tc.shortNames {

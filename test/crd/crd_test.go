@@ -44,6 +44,8 @@ var kinds = map[string]kindInfo{
 	"VolumeGroupSnapshot":        {gvr("groupsnapshot", "volumegroupsnapshots"), true},
 	"VolumeGroupSnapshotContent": {gvr("groupsnapshot", "volumegroupsnapshotcontents"), false},
 	"VolumeGroupSnapshotClass":   {gvr("groupsnapshot", "volumegroupsnapshotclasses"), false},
+	"SnapshotSchedule": {schema.GroupVersionResource{Group: "snapshot.shutter.dev", Version: "v1alpha1",
+		Resource: "snapshotschedules"}, true},
 }
 
 func gvr(group, resource string) schema.GroupVersionResource {

@@ -22,6 +22,7 @@ import (
 	fmt "fmt"
 	http "net/http"
 
+	schedulev1alpha1 "github.com/shutter-csi/shutter/client/clientset/versioned/typed/snapshotschedule/v1alpha1"
 	groupsnapshotv1 "github.com/shutter-csi/shutter/client/clientset/versioned/typed/volumegroupsnapshot/v1"
 	snapshotv1 "github.com/shutter-csi/shutter/client/clientset/versioned/typed/volumesnapshot/v1"
 	discovery "k8s.io/client-go/discovery"
@@ -31,6 +32,7 @@ import (
 
 type Interface interface {
 	Discovery() discovery.DiscoveryInterfaces
+	ScheduleV1alpha1() schedulev1alpha1.ScheduleV1alpha1Interface
 	GroupsnapshotV1() groupsnapshotv1.GroupsnapshotV1Interface
 	SnapshotV1() snapshotv1.SnapshotV1Interface
 }
@@ -38,8 +40,14 @@ type Interface interface {
 // Clientset contains the clients for groups.
 type Clientset struct {
 	*discovery.DiscoveryClient
-	groupsnapshotV1 *groupsnapshotv1.GroupsnapshotV1Client
-	snapshotV1      *snapshotv1.SnapshotV1Client
+	scheduleV1alpha1 *schedulev1alpha1.ScheduleV1alpha1Client
+	groupsnapshotV1  *groupsnapshotv1.GroupsnapshotV1Client
+	snapshotV1       *snapshotv1.SnapshotV1Client
+}
+
+// ScheduleV1alpha1 retrieves the ScheduleV1alpha1Client
+func (c *Clientset) ScheduleV1alpha1() schedulev1alpha1.ScheduleV1alpha1Interface {
+	return c.scheduleV1alpha1
 }
 
 // GroupsnapshotV1 retrieves the GroupsnapshotV1Client
@@ -96,6 +104,10 @@ func NewForConfigAndClient(c *rest.Config, httpClient *http.Client) (*Clientset,
 
 	var cs Clientset
 	var err error
+	cs.scheduleV1alpha1, err = schedulev1alpha1.NewForConfigAndClient(&configShallowCopy, httpClient)
+	if err != nil {
+		return nil, err
+	}
 	cs.groupsnapshotV1, err = groupsnapshotv1.NewForConfigAndClient(&configShallowCopy, httpClient)
 	if err != nil {
 		return nil, err
@@ -125,6 +137,7 @@ func NewForConfigOrDie(c *rest.Config) *Clientset {
 // New creates a new Clientset for the given RESTClient.
 func New(c rest.Interface) *Clientset {
 	var cs Clientset
+	cs.scheduleV1alpha1 = schedulev1alpha1.New(c)
 	cs.groupsnapshotV1 = groupsnapshotv1.New(c)
 	cs.snapshotV1 = snapshotv1.New(c)
 

@@ -26,6 +26,7 @@ import (
 
 	versioned "github.com/shutter-csi/shutter/client/clientset/versioned"
 	internalinterfaces "github.com/shutter-csi/shutter/client/informers/externalversions/internalinterfaces"
+	snapshotschedule "github.com/shutter-csi/shutter/client/informers/externalversions/snapshotschedule"
 	volumegroupsnapshot "github.com/shutter-csi/shutter/client/informers/externalversions/volumegroupsnapshot"
 	volumesnapshot "github.com/shutter-csi/shutter/client/informers/externalversions/volumesnapshot"
 	v1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -326,8 +327,13 @@ type SharedInformerFactory interface {
 	// client.
 	InformerFor(obj runtime.Object, newFunc internalinterfaces.NewInformerFunc) cache.SharedIndexInformer
 
+	Schedule() snapshotschedule.Interface
 	Groupsnapshot() volumegroupsnapshot.Interface
 	Snapshot() volumesnapshot.Interface
+}
+
+func (f *sharedInformerFactory) Schedule() snapshotschedule.Interface {
+	return snapshotschedule.New(f, f.namespace, f.tweakListOptions)
 }
 
 func (f *sharedInformerFactory) Groupsnapshot() volumegroupsnapshot.Interface {

@@ -21,6 +21,7 @@ package externalversions
 import (
 	fmt "fmt"
 
+	v1alpha1 "github.com/shutter-csi/shutter/client/apis/snapshotschedule/v1alpha1"
 	v1 "github.com/shutter-csi/shutter/client/apis/volumegroupsnapshot/v1"
 	volumesnapshotv1 "github.com/shutter-csi/shutter/client/apis/volumesnapshot/v1"
 	schema "k8s.io/apimachinery/pkg/runtime/schema"
@@ -60,6 +61,10 @@ func (f *sharedInformerFactory) ForResource(resource schema.GroupVersionResource
 		return &genericInformer{resource: resource.GroupResource(), informer: f.Groupsnapshot().V1().VolumeGroupSnapshotClasses().Informer()}, nil
 	case v1.SchemeGroupVersion.WithResource("volumegroupsnapshotcontents"):
 		return &genericInformer{resource: resource.GroupResource(), informer: f.Groupsnapshot().V1().VolumeGroupSnapshotContents().Informer()}, nil
+
+		// Group=snapshot.shutter.dev, Version=v1alpha1
+	case v1alpha1.SchemeGroupVersion.WithResource("snapshotschedules"):
+		return &genericInformer{resource: resource.GroupResource(), informer: f.Schedule().V1alpha1().SnapshotSchedules().Informer()}, nil
 
 		// Group=snapshot.storage.k8s.io, Version=v1
 	case volumesnapshotv1.SchemeGroupVersion.WithResource("volumesnapshots"):

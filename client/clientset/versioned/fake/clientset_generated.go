@@ -20,6 +20,8 @@ package fake
 
 import (
 	clientset "github.com/shutter-csi/shutter/client/clientset/versioned"
+	schedulev1alpha1 "github.com/shutter-csi/shutter/client/clientset/versioned/typed/snapshotschedule/v1alpha1"
+	fakeschedulev1alpha1 "github.com/shutter-csi/shutter/client/clientset/versioned/typed/snapshotschedule/v1alpha1/fake"
 	groupsnapshotv1 "github.com/shutter-csi/shutter/client/clientset/versioned/typed/volumegroupsnapshot/v1"
 	fakegroupsnapshotv1 "github.com/shutter-csi/shutter/client/clientset/versioned/typed/volumegroupsnapshot/v1/fake"
 	snapshotv1 "github.com/shutter-csi/shutter/client/clientset/versioned/typed/volumesnapshot/v1"
@@ -96,6 +98,11 @@ var (
 	_ clientset.Interface = &Clientset{}
 	_ testing.FakeClient  = &Clientset{}
 )
+
+// ScheduleV1alpha1 retrieves the ScheduleV1alpha1Client
+func (c *Clientset) ScheduleV1alpha1() schedulev1alpha1.ScheduleV1alpha1Interface {
+	return &fakeschedulev1alpha1.FakeScheduleV1alpha1{Fake: &c.Fake}
+}
 
 // GroupsnapshotV1 retrieves the GroupsnapshotV1Client
 func (c *Clientset) GroupsnapshotV1() groupsnapshotv1.GroupsnapshotV1Interface {

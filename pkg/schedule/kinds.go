@@ -1,0 +1,242 @@
+package schedule
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/types"
+
+	schedulev1alpha1 "github.com/shutter-csi/shutter/client/apis/snapshotschedule/v1alpha1"
+	groupv1 "github.com/shutter-csi/shutter/client/apis/volumegroupsnapshot/v1"
+	snapshotv1 "github.com/shutter-csi/shutter/client/apis/volumesnapshot/v1"
+	clientset "github.com/shutter-csi/shutter/client/clientset/versioned"
+	grouplisters "github.com/shutter-csi/shutter/client/listers/volumegroupsnapshot/v1"
+	snapshotlisters "github.com/shutter-csi/shutter/client/listers/volumesnapshot/v1"
+)
+
+// kind is what a schedule takes each run: a VolumeSnapshot per claim, or one
+// VolumeGroupSnapshot of all claims. The reconciler is written once against it.
+type kind interface {
+	// list returns the schedule's snapshots that are not being deleted.
+	list(s *schedulev1alpha1.SnapshotSchedule) ([]Item, error)
+	// create takes the run at t of the selected claims and returns what it made (or found). An
+	// object of that name that the schedule owns already is the run taken before (a restart or
+	// another replica).
+	create(ctx context.Context, s *schedulev1alpha1.SnapshotSchedule, claims []*corev1.PersistentVolumeClaim, t time.Time) ([]Item, error)
+	// delete removes one of the schedule's snapshots, if it is still the one listed.
+	delete(ctx context.Context, namespace string, it Item) error
+}
+
+// volumeSnapshots is the kind of schedules with group: false.
+type volumeSnapshots struct {
+	client clientset.Interface
+	lister snapshotlisters.VolumeSnapshotLister
+}
+
+func (k volumeSnapshots) list(s *schedulev1alpha1.SnapshotSchedule) ([]Item, error) {
+	vss, err := k.lister.VolumeSnapshots(s.Namespace).List(scheduleSelector(s))
+	if err != nil {
+		return nil, err
+	}
+	var items []Item
+	for _, vs := range vss {
+		if vs.DeletionTimestamp != nil || !ownedBy(vs, s) || vs.Spec.Source.PersistentVolumeClaimName == nil {
+			continue
+		}
+		items = append(items, item(vs, *vs.Spec.Source.PersistentVolumeClaimName, snapshotState(vs.Status)))
+	}
+	return items, nil
+}
+
+func snapshotState(st *snapshotv1.VolumeSnapshotStatus) State {
+	switch {
+	case st == nil:
+		return Pending
+	case st.ReadyToUse != nil && *st.ReadyToUse:
+		return Ready
+	case st.Error != nil:
+		return Failed
+	}
+	return Pending
+}
+
+func (k volumeSnapshots) create(ctx context.Context, s *schedulev1alpha1.SnapshotSchedule, claims []*corev1.PersistentVolumeClaim, t time.Time) ([]Item, error) {
+	var made []Item
+	for _, pvc := range claims {
+		vs := &snapshotv1.VolumeSnapshot{
+			ObjectMeta: objectMeta(s, SnapshotName(s.Name, pvc.Name, t), t),
+			Spec: snapshotv1.VolumeSnapshotSpec{
+				Source: snapshotv1.VolumeSnapshotSource{PersistentVolumeClaimName: &pvc.Name},
+			},
+		}
+		if tpl := s.Spec.SnapshotTemplate; tpl != nil {
+			vs.Spec.VolumeSnapshotClassName = tpl.VolumeSnapshotClassName
+		}
+		_, err := k.client.SnapshotV1().VolumeSnapshots(s.Namespace).Create(ctx, vs, metav1.CreateOptions{})
+		if apierrors.IsAlreadyExists(err) {
+			err = taken(ctx, s, vs.Name, func(ctx context.Context) (metav1.Object, error) {
+				return k.client.SnapshotV1().VolumeSnapshots(s.Namespace).Get(ctx, vs.Name, metav1.GetOptions{})
+			})
+		}
+		if err != nil {
+			return made, fmt.Errorf("create VolumeSnapshot %s: %w", vs.Name, err)
+		}
+		made = append(made, Item{Name: vs.Name, Series: pvc.Name, Time: t, State: Pending})
+	}
+	return made, nil
+}
+
+func (k volumeSnapshots) delete(ctx context.Context, namespace string, it Item) error {
+	err := k.client.SnapshotV1().VolumeSnapshots(namespace).Delete(ctx, it.Name, preconditions(it.UID))
+	return ignoreGone(err)
+}
+
+// volumeGroupSnapshots is the kind of schedules with group: true.
+type volumeGroupSnapshots struct {
+	client clientset.Interface
+	lister grouplisters.VolumeGroupSnapshotLister
+}
+
+func (k volumeGroupSnapshots) list(s *schedulev1alpha1.SnapshotSchedule) ([]Item, error) {
+	vgss, err := k.lister.VolumeGroupSnapshots(s.Namespace).List(scheduleSelector(s))
+	if err != nil {
+		return nil, err
+	}
+	var items []Item
+	for _, vgs := range vgss {
+		if vgs.DeletionTimestamp != nil || !ownedBy(vgs, s) {
+			continue
+		}
+		state := Pending
+		if st := vgs.Status; st != nil {
+			state = snapshotState(&snapshotv1.VolumeSnapshotStatus{ReadyToUse: st.ReadyToUse, Error: st.Error})
+		}
+		items = append(items, item(vgs, "", state))
+	}
+	return items, nil
+}
+
+func (k volumeGroupSnapshots) create(ctx context.Context, s *schedulev1alpha1.SnapshotSchedule, _ []*corev1.PersistentVolumeClaim, t time.Time) ([]Item, error) {
+	vgs := &groupv1.VolumeGroupSnapshot{
+		ObjectMeta: objectMeta(s, SnapshotName(s.Name, "", t), t),
+		Spec: groupv1.VolumeGroupSnapshotSpec{
+			Source: groupv1.VolumeGroupSnapshotSource{Selector: s.Spec.ClaimSelector.DeepCopy()},
+		},
+	}
+	if tpl := s.Spec.SnapshotTemplate; tpl != nil {
+		vgs.Spec.VolumeGroupSnapshotClassName = tpl.VolumeGroupSnapshotClassName
+	}
+	_, err := k.client.GroupsnapshotV1().VolumeGroupSnapshots(s.Namespace).Create(ctx, vgs, metav1.CreateOptions{})
+	if apierrors.IsAlreadyExists(err) {
+		err = taken(ctx, s, vgs.Name, func(ctx context.Context) (metav1.Object, error) {
+			return k.client.GroupsnapshotV1().VolumeGroupSnapshots(s.Namespace).Get(ctx, vgs.Name, metav1.GetOptions{})
+		})
+	}
+	if err != nil {
+		return nil, fmt.Errorf("create VolumeGroupSnapshot %s: %w", vgs.Name, err)
+	}
+	return []Item{{Name: vgs.Name, Time: t, State: Pending}}, nil
+}
+
+func (k volumeGroupSnapshots) delete(ctx context.Context, namespace string, it Item) error {
+	err := k.client.GroupsnapshotV1().VolumeGroupSnapshots(namespace).Delete(ctx, it.Name, preconditions(it.UID))
+	return ignoreGone(err)
+}
+
+// objectMeta is the metadata of a snapshot a schedule takes for the run at t: the template's
+// labels and annotations, the schedule label, the run's time and the owner reference.
+func objectMeta(s *schedulev1alpha1.SnapshotSchedule, name string, t time.Time) metav1.ObjectMeta {
+	meta := metav1.ObjectMeta{Name: name, Namespace: s.Namespace, Labels: map[string]string{}, Annotations: map[string]string{}}
+	if tpl := s.Spec.SnapshotTemplate; tpl != nil {
+		for k, v := range tpl.Labels {
+			meta.Labels[k] = v
+		}
+		for k, v := range tpl.Annotations {
+			meta.Annotations[k] = v
+		}
+	}
+	meta.Labels[schedulev1alpha1.LabelSchedule] = s.Name
+	meta.Annotations[schedulev1alpha1.AnnotationScheduledTime] = t.UTC().Format(time.RFC3339)
+	meta.OwnerReferences = []metav1.OwnerReference{{
+		APIVersion: schedulev1alpha1.SchemeGroupVersion.String(), Kind: "SnapshotSchedule",
+		Name: s.Name, UID: s.UID, Controller: ptrTo(true),
+	}}
+	return meta
+}
+
+// taken checks that the object in the way of a create is this schedule's: the run was taken
+// before. An object of another owner is a name clash the user must resolve.
+func taken(ctx context.Context, s *schedulev1alpha1.SnapshotSchedule, name string, get func(context.Context) (metav1.Object, error)) error {
+	obj, err := get(ctx)
+	if err != nil {
+		return err
+	}
+	if !ownedBy(obj, s) {
+		return fmt.Errorf("%w: %s exists and does not belong to this schedule", errNameTaken, name)
+	}
+	return nil
+}
+
+// withMade adds to the listed items those just made that the informer does not show yet.
+func withMade(items, made []Item) []Item {
+	listed := map[string]bool{}
+	for _, it := range items {
+		listed[it.Name] = true
+	}
+	for _, it := range made {
+		if !listed[it.Name] {
+			items = append(items, it)
+		}
+	}
+	return items
+}
+
+// item turns a snapshot into what retention sees.
+func item(obj metav1.Object, series string, state State) Item {
+	at := obj.GetCreationTimestamp().Time
+	if v, ok := obj.GetAnnotations()[schedulev1alpha1.AnnotationScheduledTime]; ok {
+		if t, err := time.Parse(time.RFC3339, v); err == nil {
+			at = t
+		}
+	}
+	return Item{Name: obj.GetName(), UID: obj.GetUID(), Series: series, Time: at, State: state,
+		Keep: obj.GetLabels()[schedulev1alpha1.LabelKeep] == "true"}
+}
+
+func scheduleSelector(s *schedulev1alpha1.SnapshotSchedule) labels.Selector {
+	return labels.SelectorFromSet(labels.Set{schedulev1alpha1.LabelSchedule: s.Name})
+}
+
+// ownedBy tells whether obj carries the schedule's owner reference (label and name alone could
+// be copied by anyone).
+func ownedBy(obj metav1.Object, s *schedulev1alpha1.SnapshotSchedule) bool {
+	if obj.GetLabels()[schedulev1alpha1.LabelSchedule] != s.Name {
+		return false
+	}
+	for _, ref := range obj.GetOwnerReferences() {
+		if ref.UID == s.UID {
+			return true
+		}
+	}
+	return false
+}
+
+func preconditions(uid types.UID) metav1.DeleteOptions {
+	return metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &uid}}
+}
+
+func ignoreGone(err error) error {
+	if apierrors.IsNotFound(err) || apierrors.IsConflict(err) {
+		return nil
+	}
+	return err
+}
+
+func ptrTo[T any](v T) *T { return &v }
+
+func everything() labels.Selector { return labels.Everything() }

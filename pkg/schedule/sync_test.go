@@ -1,0 +1,163 @@
+package schedule
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/client-go/informers"
+	kubefake "k8s.io/client-go/kubernetes/fake"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/client-go/tools/record"
+	testingclock "k8s.io/utils/clock/testing"
+
+	schedulev1alpha1 "github.com/shutter-csi/shutter/client/apis/snapshotschedule/v1alpha1"
+	"github.com/shutter-csi/shutter/client/clientset/versioned/fake"
+	snapinformers "github.com/shutter-csi/shutter/client/informers/externalversions"
+	"github.com/shutter-csi/shutter/pkg/controller"
+)
+
+// fixture is a reconciler on fake clients, synced by hand.
+type fixture struct {
+	r      *Reconciler
+	client *fake.Clientset
+	clock  *testingclock.FakeClock
+	events *record.FakeRecorder
+}
+
+func newFixture(t *testing.T, now time.Time, objs ...runtime.Object) *fixture {
+	var kubeObjs, snapObjs []runtime.Object
+	for _, o := range objs {
+		if _, ok := o.(*corev1.PersistentVolumeClaim); ok {
+			kubeObjs = append(kubeObjs, o)
+		} else {
+			snapObjs = append(snapObjs, o)
+		}
+	}
+	kube := kubefake.NewClientset(kubeObjs...)
+	client := fake.NewSimpleClientset(snapObjs...)
+	kubeInf := informers.NewSharedInformerFactory(kube, 0)
+	snapInf := snapinformers.NewSharedInformerFactory(client, 0)
+	f := &fixture{client: client, clock: testingclock.NewFakeClock(now), events: record.NewFakeRecorder(100)}
+	r, err := New(Config{Client: client, KubeInformers: kubeInf, SnapInformers: snapInf, Recorder: f.events, Options: Options{Clock: f.clock}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	kubeInf.Start(ctx.Done())
+	snapInf.Start(ctx.Done())
+	cache.WaitForCacheSync(ctx.Done(), r.synced...)
+	f.r = r
+	return f
+}
+
+func (f *fixture) creates() []string {
+	var out []string
+	for _, a := range f.client.Actions() {
+		if a.GetVerb() == "create" {
+			out = append(out, a.(interface{ GetObject() runtime.Object }).GetObject().(metav1.Object).GetName())
+		}
+	}
+	return out
+}
+
+func testSchedule(last time.Time, mutate func(*schedulev1alpha1.SnapshotSchedule)) *schedulev1alpha1.SnapshotSchedule {
+	lt := metav1.NewTime(last)
+	s := &schedulev1alpha1.SnapshotSchedule{
+		ObjectMeta: metav1.ObjectMeta{Name: "s", Namespace: "ns", UID: "uid-s", CreationTimestamp: metav1.NewTime(last.Add(-time.Hour))},
+		Spec: schedulev1alpha1.SnapshotScheduleSpec{Schedule: "0 * * * *",
+			ClaimSelector: metav1.LabelSelector{MatchLabels: map[string]string{"app": "db"}}},
+		Status: &schedulev1alpha1.SnapshotScheduleStatus{LastScheduleTime: &lt},
+	}
+	if mutate != nil {
+		mutate(s)
+	}
+	return s
+}
+
+func testClaim(name string) *corev1.PersistentVolumeClaim {
+	return &corev1.PersistentVolumeClaim{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "ns", Labels: map[string]string{"app": "db"}}}
+}
+
+func TestSyncTakesOnlyTheLatestRun(t *testing.T) {
+	t0 := time.Date(2030, 1, 1, 10, 0, 0, 0, time.UTC)
+	for _, tc := range []struct {
+		name        string
+		now         time.Time
+		deadline    *int64
+		wantCreates []string
+		wantMissed  int64
+		wantLast    time.Time
+	}{
+		{name: "nothing due", now: t0.Add(59 * time.Minute), wantLast: t0},
+		{name: "on time", now: t0.Add(time.Hour), wantCreates: []string{"s-a-20300101t1100z", "s-b-20300101t1100z"}, wantLast: t0.Add(time.Hour)},
+		{name: "after three hours down: the latest only", now: t0.Add(3*time.Hour + 20*time.Minute),
+			wantCreates: []string{"s-a-20300101t1300z", "s-b-20300101t1300z"}, wantMissed: 2, wantLast: t0.Add(3 * time.Hour)},
+		{name: "later than the deadline", now: t0.Add(3*time.Hour + 20*time.Minute), deadline: ptrTo(int64(600)),
+			wantMissed: 3, wantLast: t0},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			s := testSchedule(t0, func(s *schedulev1alpha1.SnapshotSchedule) { s.Spec.StartingDeadlineSeconds = tc.deadline })
+			f := newFixture(t, tc.now, s, testClaim("a"), testClaim("b"))
+			if err := f.r.sync(context.Background(), s); err != nil {
+				t.Fatal(err)
+			}
+			if got := f.creates(); len(got) != len(tc.wantCreates) || (len(got) > 0 && (got[0] != tc.wantCreates[0] || got[1] != tc.wantCreates[1])) {
+				t.Errorf("created %q, want %q", got, tc.wantCreates)
+			}
+			got, err := f.client.ScheduleV1alpha1().SnapshotSchedules("ns").Get(context.Background(), "s", metav1.GetOptions{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got.Status.MissedRuns != tc.wantMissed || !got.Status.LastScheduleTime.Time.Equal(tc.wantLast) {
+				t.Errorf("missed %d, last %v; want %d, %v", got.Status.MissedRuns, got.Status.LastScheduleTime, tc.wantMissed, tc.wantLast)
+			}
+			if got.Status.NextScheduleTime == nil || got.Status.NextScheduleTime.Time.Sub(tc.now) > time.Hour {
+				t.Errorf("next run %v", got.Status.NextScheduleTime)
+			}
+		})
+	}
+}
+
+// TestSyncRunTakenBefore: a run whose snapshots exist already (a restart that lost its status
+// write, or another replica) is recorded as taken, not taken twice.
+func TestSyncRunTakenBefore(t *testing.T) {
+	t0 := time.Date(2030, 1, 1, 10, 0, 0, 0, time.UTC)
+	s := testSchedule(t0, nil)
+	f := newFixture(t, t0.Add(time.Hour), s, testClaim("a"))
+	ctx := context.Background()
+	if err := f.r.sync(ctx, s); err != nil {
+		t.Fatal(err)
+	}
+	// Forget the status write: the same run is due again, and its snapshot exists.
+	f.r.statusWrites = newWritesForTest()
+	if err := f.r.sync(ctx, s); err != nil {
+		t.Fatalf("second sync: %v", err)
+	}
+	vss, err := f.client.SnapshotV1().VolumeSnapshots("ns").List(ctx, metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(vss.Items) != 1 || vss.Items[0].Name != "s-a-20300101t1100z" {
+		t.Fatalf("snapshots %v", vss.Items)
+	}
+	if len(f.events.Events) != 0 {
+		t.Errorf("events %v", <-f.events.Events)
+	}
+	// A snapshot of that name that is not the schedule's is a clash, reported and not retried.
+	other := testSchedule(t0, func(o *schedulev1alpha1.SnapshotSchedule) { o.UID = "uid-other" })
+	if err := f.r.sync(ctx, other); err != nil {
+		t.Fatalf("clash: %v", err)
+	}
+	if ev := <-f.events.Events; ev[:len("Warning CreateFailed")] != "Warning CreateFailed" {
+		t.Errorf("event %q", ev)
+	}
+}
+
+func newWritesForTest() *controller.Writes[*schedulev1alpha1.SnapshotSchedule] {
+	return controller.NewWrites[*schedulev1alpha1.SnapshotSchedule]()
+}
