@@ -167,7 +167,9 @@ func newWritesForTest() *controller.Writes[*schedulev1alpha1.SnapshotSchedule] {
 // neither ready nor failed, and starts once it is.
 func TestSyncForbid(t *testing.T) {
 	t0 := time.Date(2030, 1, 1, 10, 0, 0, 0, time.UTC)
-	s := testSchedule(t0, func(s *schedulev1alpha1.SnapshotSchedule) { s.Spec.ConcurrencyPolicy = schedulev1alpha1.ConcurrencyForbid })
+	s := testSchedule(t0, func(s *schedulev1alpha1.SnapshotSchedule) {
+		s.Spec.ConcurrencyPolicy = schedulev1alpha1.ConcurrencyForbid
+	})
 	prev := &snapshotv1.VolumeSnapshot{ObjectMeta: objectMeta(s, "s-a-20300101t1000z", t0),
 		Spec: snapshotv1.VolumeSnapshotSpec{Source: snapshotv1.VolumeSnapshotSource{PersistentVolumeClaimName: ptrTo("a")}}}
 	for _, tc := range []struct {
