@@ -28,51 +28,24 @@ func main() {
 }
 
 func run() error {
-	var opts images.Options
-	fs := flag.NewFlagSet("images", flag.ContinueOnError)
-	fs.StringVar(&opts.Version, "version", "", "image tag and org.opencontainers.image.version (the Makefile's VERSION)")
-	fs.StringVar(&opts.Commit, "commit", "", "org.opencontainers.image.revision (the Makefile's COMMIT)")
-	fs.StringVar(&opts.LDFlags, "ldflags", "", "linker flags stamping the binaries (the Makefile's LDFLAGS)")
-	fs.StringVar(&opts.Registry, "registry", images.DefaultRegistry, "registry prefix of the image names in the tars (the chart's global.imageRegistry)")
-	fs.StringVar(&opts.CACertificates, "ca-certificates", imagebuild.CACertificatesPath, "PEM CA bundle copied into the API clients' images; skipped with a warning when absent, empty for none")
-	platforms := fs.String("platforms", strings.Join(images.DefaultPlatforms, ","), "comma-separated os/arch list")
-	only := fs.String("only", "", "comma-separated components to build (default: all)")
-	out := fs.String("out", "bin/images", "folder of the <component>.tar files (binaries are kept in its .build folder)")
-	push := fs.String("push", "", "registry prefix to push the indexes to, such as registry.example/team (credentials from the docker config)")
-	if err := fs.Parse(os.Args[1:]); err != nil {
+	opts, out, push, err := parseFlags(os.Args[1:])
+	if err != nil {
 		return err
 	}
-	var err error
-	if opts.Platforms, err = imagebuild.Platforms(strings.Split(*platforms, ",")...); err != nil {
-		return err
-	}
-	if *only != "" {
-		opts.Only = strings.Split(*only, ",")
-	}
-	if opts.Created, err = imagebuild.SourceDateEpoch(); err != nil {
-		return err
-	}
-	if opts.CACertificates != "" {
-		if _, err := os.Stat(opts.CACertificates); err != nil {
-			fmt.Fprintf(os.Stderr, "images: warning: no CA certificates in the images (%v)\n", err)
-			opts.CACertificates = ""
-		}
-	}
-	opts.BuildDir = filepath.Join(*out, ".build")
-	opts.Log = os.Stdout
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	start := time.Now()
-	fmt.Printf("images: version %s, commit %s, created %s, platforms %s\n", opts.Version, opts.Commit, opts.Created.Format(time.RFC3339), *platforms)
+	fmt.Printf("images: version %s, commit %s, created %s, platforms %v\n",
+		opts.Version, opts.Commit, opts.Created.Format(time.RFC3339), opts.Platforms)
 	results, err := images.Build(ctx, opts)
 	if err != nil {
 		return err
 	}
-	if err := images.WriteTars(*out, results, os.Stdout); err != nil {
+	if err := images.WriteTars(out, results, os.Stdout); err != nil {
 		return err
 	}
-	if *push != "" {
-		pushed, err := images.Push(ctx, *push, results, os.Stdout)
+	if push != "" {
+		pushed, err := images.Push(ctx, push, results, os.Stdout)
 		if err != nil {
 			return err
 		}
@@ -82,4 +55,39 @@ func run() error {
 	}
 	fmt.Printf("images: done in %s\n", time.Since(start).Round(100*time.Millisecond))
 	return nil
+}
+
+// parseFlags returns the build's options, the output folder and the push prefix.
+func parseFlags(args []string) (opts images.Options, out, push string, err error) {
+	fs := flag.NewFlagSet("images", flag.ContinueOnError)
+	fs.StringVar(&opts.Version, "version", "", "image tag and org.opencontainers.image.version (the Makefile's VERSION)")
+	fs.StringVar(&opts.Commit, "commit", "", "org.opencontainers.image.revision (the Makefile's COMMIT)")
+	fs.StringVar(&opts.LDFlags, "ldflags", "", "linker flags stamping the binaries (the Makefile's LDFLAGS)")
+	fs.StringVar(&opts.Registry, "registry", images.DefaultRegistry, "registry prefix of the image names in the tars (the chart's global.imageRegistry)")
+	fs.StringVar(&opts.CACertificates, "ca-certificates", imagebuild.CACertificatesPath, "PEM CA bundle copied into the API clients' images; skipped with a warning when absent, empty for none")
+	platforms := fs.String("platforms", strings.Join(images.DefaultPlatforms, ","), "comma-separated os/arch list")
+	only := fs.String("only", "", "comma-separated components to build (default: all)")
+	fs.StringVar(&out, "out", "bin/images", "folder of the <component>.tar files (binaries are kept in its .build folder)")
+	fs.StringVar(&push, "push", "", "registry prefix to push the indexes to, such as registry.example/team (credentials from the docker config)")
+	if err = fs.Parse(args); err != nil {
+		return
+	}
+	if opts.Platforms, err = imagebuild.Platforms(strings.Split(*platforms, ",")...); err != nil {
+		return
+	}
+	if *only != "" {
+		opts.Only = strings.Split(*only, ",")
+	}
+	if opts.Created, err = imagebuild.SourceDateEpoch(); err != nil {
+		return
+	}
+	if opts.CACertificates != "" {
+		if _, statErr := os.Stat(opts.CACertificates); statErr != nil {
+			fmt.Fprintf(os.Stderr, "images: warning: no CA certificates in the images (%v)\n", statErr)
+			opts.CACertificates = ""
+		}
+	}
+	opts.BuildDir = filepath.Join(out, ".build")
+	opts.Log = os.Stdout
+	return opts, out, push, nil
 }

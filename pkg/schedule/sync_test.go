@@ -15,6 +15,7 @@ import (
 	testingclock "k8s.io/utils/clock/testing"
 
 	schedulev1alpha1 "github.com/shutter-csi/shutter/client/apis/snapshotschedule/v1alpha1"
+	snapshotv1 "github.com/shutter-csi/shutter/client/apis/volumesnapshot/v1"
 	"github.com/shutter-csi/shutter/client/clientset/versioned/fake"
 	snapinformers "github.com/shutter-csi/shutter/client/informers/externalversions"
 	"github.com/shutter-csi/shutter/pkg/controller"
@@ -160,4 +161,37 @@ func TestSyncRunTakenBefore(t *testing.T) {
 
 func newWritesForTest() *controller.Writes[*schedulev1alpha1.SnapshotSchedule] {
 	return controller.NewWrites[*schedulev1alpha1.SnapshotSchedule]()
+}
+
+// TestSyncForbid: with concurrencyPolicy Forbid a run waits while the previous run's snapshot is
+// neither ready nor failed, and starts once it is.
+func TestSyncForbid(t *testing.T) {
+	t0 := time.Date(2030, 1, 1, 10, 0, 0, 0, time.UTC)
+	s := testSchedule(t0, func(s *schedulev1alpha1.SnapshotSchedule) {
+		s.Spec.ConcurrencyPolicy = schedulev1alpha1.ConcurrencyForbid
+	})
+	prev := &snapshotv1.VolumeSnapshot{ObjectMeta: objectMeta(s, "s-a-20300101t1000z", t0),
+		Spec: snapshotv1.VolumeSnapshotSpec{Source: snapshotv1.VolumeSnapshotSource{PersistentVolumeClaimName: ptrTo("a")}}}
+	for _, tc := range []struct {
+		name        string
+		status      *snapshotv1.VolumeSnapshotStatus
+		wantCreates int
+	}{
+		{name: "previous pending", status: nil, wantCreates: 0},
+		{name: "previous ready", status: &snapshotv1.VolumeSnapshotStatus{ReadyToUse: ptrTo(true)}, wantCreates: 1},
+		{name: "previous failed", status: &snapshotv1.VolumeSnapshotStatus{ReadyToUse: ptrTo(false),
+			Error: &snapshotv1.VolumeSnapshotError{Message: ptrTo("no space")}}, wantCreates: 1},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			vs := prev.DeepCopy()
+			vs.Status = tc.status
+			f := newFixture(t, t0.Add(time.Hour), s, testClaim("a"), vs)
+			if err := f.r.sync(context.Background(), s); err != nil {
+				t.Fatal(err)
+			}
+			if got := f.creates(); len(got) != tc.wantCreates {
+				t.Errorf("created %q, want %d", got, tc.wantCreates)
+			}
+		})
+	}
 }

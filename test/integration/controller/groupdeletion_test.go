@@ -140,6 +140,7 @@ func TestGroupDeletionOrders(t *testing.T) {
 	}{
 		{name: "member then group", run: func(t *testing.T, r *groupRun, restarted bool) {
 			r.ready(t, labels)
+			r.graceOver(t)
 			kept := processed.after(t, "volumesnapshot", controller.Key{Namespace: f.ns, Name: r.member(0)})
 			r.deleteMember(t)
 			kept.until(t, "the member deleted alone is kept", func() bool { return r.memberHeld(t) })
@@ -196,6 +197,22 @@ func (r *groupRun) ready(t *testing.T, labels map[string]string) {
 	for i := range r.handles {
 		r.f.waitSnapshot(t, r.member(i), ready)
 	}
+}
+
+// statusGrace is the package controller's StatusGrace.
+const statusGrace = 5 * time.Second
+
+// graceOver waits until the controller's status grace for the first member's content is over:
+// a member synced before its content had a status is looked at again once the grace ends, and
+// that timer, not an event, would then let a wedged member go. The report this reproduces
+// deleted the group ten seconds after the member. (Creation times have whole seconds: one more.)
+func (r *groupRun) graceOver(t *testing.T) {
+	content, err := r.f.client.SnapshotV1().VolumeSnapshotContents().Get(context.Background(),
+		protocol.MemberContentName(r.uid, r.handles[0]), metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(time.Until(content.CreationTimestamp.Add(statusGrace + time.Second)))
 }
 
 // memberHeld tells whether the first member is being deleted and still held by its group.

@@ -53,7 +53,7 @@ func (r *runningController) start(t *testing.T, admin *rest.Config) {
 	recorder := broadcaster.NewRecorder(snapshot.EventScheme(), corev1.EventSource{Component: "snapshot-controller"})
 	c, err := snapshot.New(clients, kubeInformers, snapInformers, recorder, snapshot.Options{
 		Workers: 4, Retry: controller.Options{RetryStart: 100 * time.Millisecond, RetryMax: 2 * time.Second, Processed: processed.signal},
-		PreventVolumeModeConversion: true, StatusGrace: 5 * time.Second,
+		PreventVolumeModeConversion: true, StatusGrace: statusGrace,
 	})
 	if err != nil {
 		t.Fatal(err)
