@@ -79,13 +79,20 @@ seccompProfile:
 
 {{/* The csi-snapshotter and csi-provisioner sidecars: restricted, as the non-root user and group
 hostpath.sidecarsRunAs, to which the driver gives its socket (--socket-group); with
-sidecarsRunAs null they keep their image's user, as the registrar does. */}}
+sidecarsRunAs null they run as root, like the registrar. */}}
 {{- define "shutter.sidecarContainer" -}}
-{{ include "shutter.socketContainer" . }}
 {{- with .Values.hostpath.sidecarsRunAs }}
 runAsNonRoot: true
 runAsUser: {{ int64 . }}
 runAsGroup: {{ int64 . }}
+allowPrivilegeEscalation: false
+readOnlyRootFilesystem: true
+capabilities:
+  drop: [ALL]
+seccompProfile:
+  type: RuntimeDefault
+{{- else }}
+{{ include "shutter.socketContainer" . }}
 {{- end }}
 {{- end -}}
 
