@@ -81,7 +81,7 @@ seccompProfile:
 hostpath.sidecarsRunAs, to which the driver gives its socket (--socket-group); with
 sidecarsRunAs null they run as root, like the registrar. */}}
 {{- define "shutter.sidecarContainer" -}}
-{{- with .Values.hostpath.sidecarsRunAs }}
+{{- with .Values.hostpath.sidecarsRunAs -}}
 runAsNonRoot: true
 runAsUser: {{ int64 . }}
 runAsGroup: {{ int64 . }}
