@@ -50,8 +50,8 @@ declare -A main=(
 )
 declare -A minutes=([etcd]=3 [kube-apiserver]=8 [kube-controller-manager]=3 [kubectl]=2 [helm]=3
   [controller-gen]=1 [client-gen]=1 [deepcopy-gen]=1 [informer-gen]=1 [lister-gen]=1
-  [kube-scheduler]=3 [kubelet]=5 [containerd]=5 [ctr]=2 [containerd-shim-runc-v2]=1 [runc]=1
-  [loopback]=1 [csi-provisioner]=3)
+  [kube-scheduler]=10 [kubelet]=5 [containerd]=6 [ctr]=3 [containerd-shim-runc-v2]=2 [runc]=2
+  [loopback]=1 [csi-provisioner]=10)
 # runc needs cgo (its nsenter part is C) and libseccomp's headers for seccomp, which pods'
 # RuntimeDefault profile needs (installed with apt when missing); it is built without libpathrs.
 # Everything else is static.
