@@ -58,6 +58,24 @@ func DefaultOptions() Options {
 	}
 }
 
+// withDefaults fills a zero body limit or timeout with its default, so that an Options literal
+// that leaves them out does not answer every request with 413 or serve without timeouts.
+func (o Options) withDefaults() Options {
+	d := DefaultOptions()
+	if o.MaxRequestBytes <= 0 {
+		o.MaxRequestBytes = d.MaxRequestBytes
+	}
+	t, dt := &o.Timeouts, d.Timeouts
+	for _, p := range []struct{ v, def *time.Duration }{
+		{&t.ReadHeader, &dt.ReadHeader}, {&t.Read, &dt.Read}, {&t.Write, &dt.Write}, {&t.Idle, &dt.Idle},
+	} {
+		if *p.v <= 0 {
+			*p.v = *p.def
+		}
+	}
+	return o
+}
+
 // Run listens on the configured port and serves until ctx is done.
 func Run(ctx context.Context, opts Options) error {
 	ln, err := net.Listen("tcp", net.JoinHostPort(opts.Address, strconv.Itoa(opts.Port)))
@@ -79,6 +97,7 @@ func Serve(ctx context.Context, ln net.Listener, opts Options) error {
 	defer cancel()
 	go certs.Run(ctx, 1)
 
+	opts = opts.withDefaults()
 	mux := http.NewServeMux()
 	mux.Handle(ConvertPath, LimitedHandler(opts.MaxRequestBytes))
 	app.InstallHealthChecks(mux)

@@ -256,3 +256,11 @@ func TestServeDropsSlowClients(t *testing.T) {
 		})
 	}
 }
+
+func TestOptionsWithDefaults(t *testing.T) {
+	got := Options{MaxRequestBytes: 0, Timeouts: Timeouts{Read: 5 * time.Second}}.withDefaults()
+	want := Timeouts{ReadHeader: 10 * time.Second, Read: 5 * time.Second, Write: 30 * time.Second, Idle: 90 * time.Second}
+	if got.MaxRequestBytes != 64<<20 || got.Timeouts != want {
+		t.Fatalf("withDefaults = %d %+v, want %d %+v", got.MaxRequestBytes, got.Timeouts, 64<<20, want)
+	}
+}

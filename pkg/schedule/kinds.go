@@ -29,7 +29,9 @@ type kind interface {
 	// another replica).
 	create(ctx context.Context, s *schedulev1alpha1.SnapshotSchedule, claims []*corev1.PersistentVolumeClaim, t time.Time) ([]Item, error)
 	// delete removes one of the schedule's snapshots, if it is still the one listed.
-	delete(ctx context.Context, namespace string, it Item) error
+	// delete reports whether this call deleted it: false, without an error, when it was gone
+	// already (a lister that has not seen an earlier prune yet) or is another object now.
+	delete(ctx context.Context, namespace string, it Item) (bool, error)
 }
 
 // volumeSnapshots is the kind of schedules with group: false.
@@ -91,9 +93,9 @@ func (k volumeSnapshots) create(ctx context.Context, s *schedulev1alpha1.Snapsho
 	return made, nil
 }
 
-func (k volumeSnapshots) delete(ctx context.Context, namespace string, it Item) error {
+func (k volumeSnapshots) delete(ctx context.Context, namespace string, it Item) (bool, error) {
 	err := k.client.SnapshotV1().VolumeSnapshots(namespace).Delete(ctx, it.Name, preconditions(it.UID))
-	return ignoreGone(err)
+	return deleted(err)
 }
 
 // volumeGroupSnapshots is the kind of schedules with group: true.
@@ -143,9 +145,9 @@ func (k volumeGroupSnapshots) create(ctx context.Context, s *schedulev1alpha1.Sn
 	return []Item{{Name: vgs.Name, Time: t, State: Pending}}, nil
 }
 
-func (k volumeGroupSnapshots) delete(ctx context.Context, namespace string, it Item) error {
+func (k volumeGroupSnapshots) delete(ctx context.Context, namespace string, it Item) (bool, error) {
 	err := k.client.GroupsnapshotV1().VolumeGroupSnapshots(namespace).Delete(ctx, it.Name, preconditions(it.UID))
-	return ignoreGone(err)
+	return deleted(err)
 }
 
 // objectMeta is the metadata of a snapshot a schedule takes for the run at t: the template's
@@ -230,11 +232,13 @@ func preconditions(uid types.UID) metav1.DeleteOptions {
 	return metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &uid}}
 }
 
-func ignoreGone(err error) error {
+// deleted turns a DELETE's error into whether it deleted the object: NotFound (gone already)
+// and Conflict (the name holds another object now) are no error and no deletion.
+func deleted(err error) (bool, error) {
 	if apierrors.IsNotFound(err) || apierrors.IsConflict(err) {
-		return nil
+		return false, nil
 	}
-	return err
+	return err == nil, err
 }
 
 func ptrTo[T any](v T) *T { return &v }

@@ -166,9 +166,13 @@ func (r *Reconciler) prune(ctx context.Context, s *schedulev1alpha1.SnapshotSche
 			left = append(left, it)
 			continue
 		}
-		if err := k.delete(ctx, s.Namespace, it); err != nil {
+		done, err := k.delete(ctx, s.Namespace, it)
+		if err != nil {
 			r.recorder.Eventf(s, corev1.EventTypeWarning, ReasonPruneFailed, "cannot prune %s: %v", it.Name, err)
 			left = append(left, it)
+			continue
+		}
+		if !done { // pruned before, by a sync whose deletion the lister had not seen yet
 			continue
 		}
 		st.pruned++
