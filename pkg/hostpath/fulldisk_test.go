@@ -2,7 +2,6 @@ package hostpath
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -10,50 +9,11 @@ import (
 	"testing"
 
 	"github.com/container-storage-interface/spec/lib/go/csi"
-	"golang.org/x/sys/unix"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+
+	"github.com/shutter-csi/shutter/internal/fstest"
 )
-
-// mountTmpfs mounts a tmpfs of size bytes on a new directory and unmounts
-// it when the test ends. It skips the test when not run as root.
-func mountTmpfs(t *testing.T, size int) string {
-	t.Helper()
-	if os.Geteuid() != 0 {
-		t.Skip("mounting a small filesystem needs root")
-	}
-	dir := t.TempDir()
-	if err := unix.Mount("tmpfs", dir, "tmpfs", 0, fmt.Sprintf("size=%d", size)); err != nil {
-		t.Skipf("mount tmpfs: %v", err)
-	}
-	t.Cleanup(func() {
-		if err := unix.Unmount(dir, 0); err != nil {
-			_ = unix.Unmount(dir, unix.MNT_DETACH)
-		}
-	})
-	return dir
-}
-
-// fillDisk writes a file into dir until its filesystem is full and returns
-// the file's path.
-func fillDisk(t *testing.T, dir string) string {
-	t.Helper()
-	path := filepath.Join(dir, "filler")
-	f, err := os.Create(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	block := make([]byte, 4096)
-	for {
-		if _, err := f.Write(block); err != nil {
-			if !errors.Is(err, unix.ENOSPC) {
-				t.Fatal(err)
-			}
-			return path
-		}
-	}
-}
 
 // TestFullDiskIsResourceExhausted runs the driver on a small filesystem
 // and fills it. Creating volumes must fail with ResourceExhausted, not
@@ -62,7 +22,7 @@ func fillDisk(t *testing.T, dir string) string {
 // is free, creating works again without a restart and everything
 // acknowledged survives the next one.
 func TestFullDiskIsResourceExhausted(t *testing.T) {
-	fs := mountTmpfs(t, 8<<20)
+	fs := fstest.MountTmpfs(t, 8<<20)
 	e := newTestEnv(t, func(o *Options) { o.DataDir = filepath.Join(fs, "data"); o.Sync = true })
 	ctx := context.Background()
 	pad := strings.Repeat("p", 200<<10)
@@ -74,7 +34,7 @@ func TestFullDiskIsResourceExhausted(t *testing.T) {
 		return err
 	}
 	first := e.createVolume(t, "first", 1<<20, mountCap())
-	filler := fillDisk(t, fs)
+	filler := fstest.FillDisk(t, fs)
 	var acked []string
 	var err error
 	for i := 0; err == nil; i++ {

@@ -10,47 +10,9 @@ import (
 	"testing"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/shutter-csi/shutter/internal/fstest"
 )
-
-// mountTmpfs mounts a tmpfs of size bytes on a new directory and unmounts
-// it when the test ends. It skips the test when not run as root.
-func mountTmpfs(t *testing.T, size int) string {
-	t.Helper()
-	if os.Geteuid() != 0 {
-		t.Skip("mounting a small filesystem needs root")
-	}
-	dir := t.TempDir()
-	if err := unix.Mount("tmpfs", dir, "tmpfs", 0, fmt.Sprintf("size=%d", size)); err != nil {
-		t.Skipf("mount tmpfs: %v", err)
-	}
-	t.Cleanup(func() {
-		if err := unix.Unmount(dir, 0); err != nil {
-			_ = unix.Unmount(dir, unix.MNT_DETACH)
-		}
-	})
-	return dir
-}
-
-// fillDisk writes a file into dir until the filesystem is full and
-// returns its path; removing it makes the space free again.
-func fillDisk(t *testing.T, dir string) string {
-	t.Helper()
-	path := filepath.Join(dir, "filler")
-	f, err := os.Create(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	block := make([]byte, 4096)
-	for {
-		if _, err := f.Write(block); err != nil {
-			if !errors.Is(err, unix.ENOSPC) {
-				t.Fatal(err)
-			}
-			return path
-		}
-	}
-}
 
 // TestFullDiskFailsOneCommitAndRecovers fills the log's filesystem: a put
 // that needs the log to grow fails with ENOSPC, a small change still fits
@@ -58,9 +20,9 @@ func fillDisk(t *testing.T, dir string) string {
 // without reopening the log; after a reopen every acknowledged record is
 // there.
 func TestFullDiskFailsOneCommitAndRecovers(t *testing.T) {
-	dir := filepath.Join(mountTmpfs(t, 4<<20), "state")
+	dir := filepath.Join(fstest.MountTmpfs(t, 4<<20), "state")
 	l, tab := openVolumes(t, dir)
-	filler := fillDisk(t, filepath.Dir(dir))
+	filler := fstest.FillDisk(t, filepath.Dir(dir))
 	pad := strings.Repeat("p", 100<<10)
 	var acked []string
 	var err error
@@ -100,7 +62,7 @@ func TestFullDiskFailsOneCommitAndRecovers(t *testing.T) {
 func TestOpenNeedsNoFreeSpace(t *testing.T) {
 	for _, torn := range []bool{false, true} {
 		t.Run(fmt.Sprintf("torn=%t", torn), func(t *testing.T) {
-			dir := filepath.Join(mountTmpfs(t, 3<<20), "state")
+			dir := filepath.Join(fstest.MountTmpfs(t, 3<<20), "state")
 			l, tab := openVolumes(t, dir)
 			for i := range 3 {
 				if err := tab.Put("vol-a", Volume{ID: "vol-a", CapacityBytes: int64(i)}); err != nil {
@@ -120,7 +82,7 @@ func TestOpenNeedsNoFreeSpace(t *testing.T) {
 				}
 				_ = f.Close()
 			}
-			filler := fillDisk(t, filepath.Dir(dir))
+			filler := fstest.FillDisk(t, filepath.Dir(dir))
 			l, tab = openVolumes(t, dir)
 			if got, _ := tab.Get("vol-a"); got.CapacityBytes != 2 {
 				t.Fatalf("vol-a = %+v after open on a full disk", got)
