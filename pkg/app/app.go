@@ -15,6 +15,7 @@ import (
 	"runtime"
 	"runtime/debug"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -112,7 +113,10 @@ func (e *Elector) Check() HealthCheck {
 }
 
 // Run calls run while leading, or at once when leader election is off. It returns when ctx is
-// done and run has returned; the Lease is released on the way out.
+// done and run has returned. When ctx ends, run's context ends too, but the Lease is renewed
+// until run has returned and only then handed back (so that no other replica starts while
+// this one finishes its work under way). When the Lease is lost, run's context ends and Run
+// returns at once with an error: the caller must exit.
 func (e *Elector) Run(ctx context.Context, cs kubernetes.Interface, run func(ctx context.Context)) error {
 	if !e.opts.Enabled {
 		run(ctx)
@@ -133,13 +137,29 @@ func (e *Elector) Run(ctx context.Context, cs kubernetes.Interface, run func(ctx
 	if err != nil {
 		return err
 	}
-	leaderelection.RunOrDie(ctx, leaderelection.LeaderElectionConfig{
+	// election outlives ctx while run finishes; it ends when run has returned, or at once
+	// when ctx ends before this replica leads.
+	election, endElection := context.WithCancel(context.WithoutCancel(ctx))
+	defer endElection()
+	var leading atomic.Bool
+	stopWaiting := context.AfterFunc(ctx, func() {
+		if !leading.Load() {
+			endElection()
+		}
+	})
+	defer stopWaiting()
+	leaderelection.RunOrDie(election, leaderelection.LeaderElectionConfig{
 		Lock: lock, Name: e.name, ReleaseOnCancel: true, WatchDog: e.watchdog,
 		LeaseDuration: e.opts.LeaseDuration, RenewDeadline: e.opts.RenewDeadline, RetryPeriod: e.opts.RetryPeriod,
 		Callbacks: leaderelection.LeaderCallbacks{
-			OnStartedLeading: func(ctx context.Context) {
+			OnStartedLeading: func(leaderCtx context.Context) {
+				leading.Store(true)
+				defer endElection() // hand the Lease back once the work under way is done
 				logger.Info("Became leader", "lease", klog.KRef(ns, e.name), "identity", id)
-				run(ctx)
+				runCtx, cancel := context.WithCancel(leaderCtx)
+				defer cancel()
+				defer context.AfterFunc(ctx, cancel)()
+				run(runCtx)
 			},
 			OnStoppedLeading: func() { logger.Info("Stopped leading", "lease", klog.KRef(ns, e.name)) },
 			OnNewLeader: func(leader string) {

@@ -4,6 +4,8 @@ import (
 	"crypto/tls"
 	"crypto/x509"
 	"fmt"
+	"io"
+	"log"
 	"net"
 	"net/http"
 	"net/http/httputil"
@@ -72,7 +74,8 @@ func newAPIProxy(upstream, caFile, certFile, keyFile string) (*apiProxy, error) 
 		},
 		Transport:     transport,
 		FlushInterval: -1,
-		ErrorLog:      nil,
+		// A restarted API server breaks streams; the components see and handle that.
+		ErrorLog: log.New(io.Discard, "", 0),
 	}
 	return p, nil
 }

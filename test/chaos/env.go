@@ -84,7 +84,7 @@ func setUp(ctx context.Context, e *env) (err error) {
 		return err
 	}
 	chart := stack.Chart{Helm: filepath.Join(tools, "helm"), Dir: filepath.Join(testenv.RepoRoot(), "deploy", "helm", "shutter"),
-		Release: "shutter", Namespace: "shutter-system", Set: []string{"hostpath.driver.privileged=false"}}
+		Release: "shutter", Namespace: "shutter-system", Set: []string{"hostpath.driver.privileged=false", "hostpath.snapshotter.readSecrets=true"}}
 	e.log("install the chart")
 	if err := chart.Install(ctx, e.cluster.Kubeconfig); err != nil {
 		return err

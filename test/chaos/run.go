@@ -96,13 +96,13 @@ func runChaos(ctx context.Context, cfg config) (rep *report, err error) {
 				kr = &kindReport{}
 				rep.Faults[f.Kind] = kr
 			}
+			rep.FaultLog = append(rep.FaultLog, f)
 			if !f.Injected {
 				kr.Failed++
 				continue
 			}
 			kr.Injected++
 			kr.ConvergedAfterLast = max(kr.ConvergedAfterLast, convergedAt.Sub(f.Ended).Seconds())
-			rep.FaultLog = append(rep.FaultLog, f)
 		}
 	}
 	sort.Slice(rep.FaultLog, func(i, j int) bool { return rep.FaultLog[i].Started.Before(rep.FaultLog[j].Started) })
