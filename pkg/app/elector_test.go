@@ -2,11 +2,16 @@ package app
 
 import (
 	"context"
+	"errors"
+	"net/http"
+	"net/http/httptest"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
 	"k8s.io/utils/ptr"
 
 	"github.com/shutter-csi/shutter/test/testenv"
@@ -27,6 +32,9 @@ func TestElectorHandsBackLeaseAfterRun(t *testing.T) {
 	returned := make(chan error, 1)
 	go func() {
 		returned <- e.Run(ctx, cs, func(ctx context.Context) {
+			if !e.leadsFreshly() {
+				t.Error("a leader that just renewed its Lease is not fresh: its writes would be fenced")
+			}
 			close(leading)
 			<-ctx.Done()
 			close(stopping)
@@ -65,5 +73,49 @@ func TestElectorHandsBackLeaseAfterRun(t *testing.T) {
 	}
 	if h := holder(); h != "" {
 		t.Errorf("Lease still held by %q after Run returned, want it handed back", h)
+	}
+}
+
+// TestFencedRefusesWritesWhenNotFresh: a replica whose Lease is not freshly renewed (a paused
+// leader that resumed) reads but cannot write; once fresh, it writes.
+func TestFencedRefusesWritesWhenNotFresh(t *testing.T) {
+	var reached atomic.Int32
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { reached.Add(1) }))
+	defer srv.Close()
+	e := NewElector(LeaderElectionOptions{Enabled: true, LeaseDuration: 15 * time.Second, RenewDeadline: 10 * time.Second}, "fence")
+	var fresh atomic.Bool
+	e.fresh = fresh.Load
+	rt, err := rest.TransportFor(e.Fenced(&rest.Config{Host: srv.URL}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	do := func(method string) error {
+		req, _ := http.NewRequest(method, srv.URL+"/api/v1/namespaces/x/configmaps", nil)
+		resp, err := rt.RoundTrip(req)
+		if err == nil {
+			resp.Body.Close()
+		}
+		return err
+	}
+	if err := do(http.MethodGet); err != nil {
+		t.Errorf("GET while not fresh: %v, want it through", err)
+	}
+	for _, m := range []string{http.MethodPost, http.MethodPut, http.MethodPatch, http.MethodDelete} {
+		if err := do(m); !errors.Is(err, ErrNotLeading) {
+			t.Errorf("%s while not fresh: %v, want ErrNotLeading", m, err)
+		}
+	}
+	if n := reached.Load(); n != 1 {
+		t.Errorf("%d requests reached the server, want only the GET", n)
+	}
+	fresh.Store(true)
+	if err := do(http.MethodPatch); err != nil {
+		t.Errorf("PATCH while fresh: %v", err)
+	}
+	if n := reached.Load(); n != 2 {
+		t.Errorf("%d requests reached the server, want 2", n)
+	}
+	if off := NewElector(LeaderElectionOptions{}, "off"); off.Fenced(&rest.Config{Host: srv.URL}).WrapTransport != nil {
+		t.Error("without leader election the configuration must stay unwrapped")
 	}
 }

@@ -24,6 +24,31 @@ var sourceClaims = []struct{ name, group string }{
 type item struct {
 	kind    string // dynamic, retain, preprovisioned, group, claim-deleted
 	deleted bool
+	// created is closed once the create call is done: a delete waits for it, or it would race
+	// its own object's creation (a 404 first, then the object arrives).
+	created chan struct{}
+}
+
+func newItem(kind string) *item { return &item{kind: kind, created: make(chan struct{})} }
+
+// after runs op once its create call is done.
+func (it *item) after(op func(context.Context) error) func(context.Context) error {
+	return func(ctx context.Context) error {
+		select {
+		case <-it.created:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+		return op(ctx)
+	}
+}
+
+// creating closes it.created when create returns.
+func (it *item) creating(create func(context.Context) error) func(context.Context) error {
+	return func(ctx context.Context) error {
+		defer close(it.created)
+		return create(ctx)
+	}
 }
 
 // workload creates and deletes snapshots at a steady rate; its choices follow from the seed.
@@ -134,14 +159,14 @@ func (w *workload) plan(i int) []func(context.Context) error {
 		if victim := w.pick(w.snaps, "dynamic", "retain", "preprovisioned", "claim-deleted"); victim != "" {
 			w.snaps[victim].deleted = true
 			w.ops["delete"]++
-			ops = append(ops, func(ctx context.Context) error { return w.e.deleteSnapshot(ctx, victim) })
+			ops = append(ops, w.snaps[victim].after(func(ctx context.Context) error { return w.e.deleteSnapshot(ctx, victim) }))
 		}
 	}
 	if w.rng.IntN(100) < 10 {
 		if victim := w.pick(w.groups, "group"); victim != "" {
 			w.groups[victim].deleted = true
 			w.ops["delete-group"]++
-			ops = append(ops, func(ctx context.Context) error { return w.e.deleteGroup(ctx, victim) })
+			ops = append(ops, w.groups[victim].after(func(ctx context.Context) error { return w.e.deleteGroup(ctx, victim) }))
 		}
 	}
 	return ops
@@ -163,35 +188,42 @@ func (w *workload) pick(items map[string]*item, kinds ...string) string {
 }
 
 func (w *workload) dynamic(name, claim, class, kind string) func(context.Context) error {
-	w.snaps[name] = &item{kind: kind}
+	it := newItem(kind)
+	w.snaps[name] = it
 	w.ops[kind]++
-	return func(ctx context.Context) error { return w.e.createSnapshot(ctx, name, claim, class) }
+	return it.creating(func(ctx context.Context) error { return w.e.createSnapshot(ctx, name, claim, class) })
 }
 
 func (w *workload) preProvisioned(name, volume string, policy snapshotv1.DeletionPolicy, class string) func(context.Context) error {
-	w.snaps[name] = &item{kind: "preprovisioned"}
+	it := newItem("preprovisioned")
+	w.snaps[name] = it
 	w.ops["preprovisioned"]++
-	return func(ctx context.Context) error { return w.e.createPreProvisioned(ctx, name, volume, policy, class) }
+	return it.creating(func(ctx context.Context) error { return w.e.createPreProvisioned(ctx, name, volume, policy, class) })
 }
 
 func (w *workload) group(name, label string) func(context.Context) error {
-	w.groups[name] = &item{kind: "group"}
+	it := newItem("group")
+	w.groups[name] = it
 	w.ops["group"]++
-	return func(ctx context.Context) error { return w.e.createGroup(ctx, name, label) }
+	return it.creating(func(ctx context.Context) error { return w.e.createGroup(ctx, name, label) })
 }
 
 // claimDeleted makes a new claim, snapshots it, and deletes the claim while the snapshot is
 // being taken (once the controller protects the claim, or the snapshot is ready already).
 func (w *workload) claimDeleted(name string) func(context.Context) error {
 	claim := "tmp-" + name
-	w.snaps[name] = &item{kind: "claim-deleted"}
+	it := newItem("claim-deleted")
+	w.snaps[name] = it
 	w.claims[claim] = true
 	w.ops["claim-deleted"]++
 	return func(ctx context.Context) error {
-		if err := w.e.newClaim(ctx, claim, "", "", nil); err != nil {
-			return err
-		}
-		if err := w.e.createSnapshot(ctx, name, claim, classDelete); err != nil {
+		err := it.creating(func(ctx context.Context) error {
+			if err := w.e.newClaim(ctx, claim, "", "", nil); err != nil {
+				return err
+			}
+			return w.e.createSnapshot(ctx, name, claim, classDelete)
+		})(ctx)
+		if err != nil {
 			return err
 		}
 		w.waitProtected(ctx, claim, name)
