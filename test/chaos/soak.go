@@ -88,11 +88,15 @@ func runSoak(ctx context.Context, cfg soakConfig) (*soakReport, error) {
 	var wg sync.WaitGroup
 	wg.Go(func() { churn(sctx, e, cfg.Rate, &created, &deleted, &errs) })
 	start := time.Now()
+	scrapeErrs := map[string]string{}
 	for {
 		for name, addr := range e.stack.Endpoints {
-			if s, ok := measure(e, name, addr, start); ok {
-				rep.Samples[name] = append(rep.Samples[name], s)
+			s, err := measure(e, name, addr, start)
+			if err != nil {
+				scrapeErrs[name] = err.Error()
+				continue
 			}
+			rep.Samples[name] = append(rep.Samples[name], s)
 		}
 		if pause(sctx, interval) != nil {
 			break
@@ -100,6 +104,9 @@ func runSoak(ctx context.Context, cfg soakConfig) (*soakReport, error) {
 	}
 	wg.Wait()
 	rep.Created, rep.Deleted, rep.Errors = created.Load(), deleted.Load(), errs.Load()
+	for name, msg := range scrapeErrs {
+		rep.Failures = append(rep.Failures, name+": "+msg)
+	}
 	rep.evaluate(cfg.Duration)
 	// Whatever the churn left must still go: nothing stuck, nothing leaked.
 	left, _ := e.converge(ctx, w, 2*time.Minute)
@@ -153,7 +160,7 @@ func churn(ctx context.Context, e *env, rate float64, created, deleted, errs *at
 
 // measure reads one component's RSS and descriptors from /proc and its goroutines, workqueue
 // depth and retries from its /metrics.
-func measure(e *env, name, addr string, start time.Time) (sample, bool) {
+func measure(e *env, name, addr string, start time.Time) (sample, error) {
 	var pid int
 	for _, p := range e.stack.Processes() {
 		if p.Name == name {
@@ -161,7 +168,7 @@ func measure(e *env, name, addr string, start time.Time) (sample, bool) {
 		}
 	}
 	if pid == 0 {
-		return sample{}, false
+		return sample{}, fmt.Errorf("not running")
 	}
 	s := sample{At: time.Since(start).Seconds(), RSSMiB: rssMiB(pid)}
 	if fds, err := os.ReadDir(fmt.Sprintf("/proc/%d/fd", pid)); err == nil {
@@ -169,10 +176,13 @@ func measure(e *env, name, addr string, start time.Time) (sample, bool) {
 	}
 	metrics, err := scrape("http://" + addr + "/metrics")
 	if err != nil {
-		return sample{}, false
+		return sample{}, err
+	}
+	if _, ok := metrics["go_goroutines"]; !ok {
+		return sample{}, fmt.Errorf("no go_goroutines in its /metrics")
 	}
 	s.Goroutines, s.Depth, s.Retries = metrics["go_goroutines"], metrics["workqueue_depth"], metrics["workqueue_retries_total"]
-	return s, true
+	return s, nil
 }
 
 func rssMiB(pid int) float64 {
@@ -197,6 +207,9 @@ func scrape(url string) (map[string]float64, error) {
 		return nil, err
 	}
 	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return nil, fmt.Errorf("%s answered %s", url, resp.Status)
+	}
 	out := map[string]float64{}
 	sc := bufio.NewScanner(resp.Body)
 	sc.Buffer(make([]byte, 1<<20), 1<<20)
