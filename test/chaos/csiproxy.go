@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"errors"
 	"net"
 	"os"
 	"sync"
@@ -211,4 +210,3 @@ func (p *csiProxy) duplicates() map[string][]string {
 	return out
 }
 
-var errStopped = errors.New("stopped")

@@ -87,43 +87,14 @@ func runChaos(ctx context.Context, cfg config) (rep *report, err error) {
 	e.log("faults and workload done; waiting for convergence (up to %s)", cfg.Converge)
 	violations, took := e.converge(ctx, w, cfg.Converge)
 	convergedAt := lastFault.Add(took)
-	lastEnd := lastFaultEnd(lanes, lastFault)
-	rep.Converged, rep.ConvergeSeconds = len(violations) == 0, convergedAt.Sub(lastEnd).Seconds()
-	for _, fs := range lanes {
-		for _, f := range fs {
-			kr := rep.Faults[f.Kind]
-			if kr == nil {
-				kr = &kindReport{}
-				rep.Faults[f.Kind] = kr
-			}
-			rep.FaultLog = append(rep.FaultLog, f)
-			if !f.Injected {
-				kr.Failed++
-				continue
-			}
-			kr.Injected++
-			kr.ConvergedAfterLast = max(kr.ConvergedAfterLast, convergedAt.Sub(f.Ended).Seconds())
-		}
-	}
-	sort.Slice(rep.FaultLog, func(i, j int) bool { return rep.FaultLog[i].Started.Before(rep.FaultLog[j].Started) })
-	if s, err := e.read(ctx); err == nil {
-		rep.InjectedFailed = s.failed
-	}
-	for name, ids := range e.csi.duplicates() {
-		violations = append(violations, violation{Invariant: "at most one backend snapshot per content",
-			Objects: append([]string{"CreateSnapshot " + name}, ids...)})
-	}
-	stopLeases()
-	history := terms.history()
-	rep.LeaderTerms = len(history)
-	accepted, refused, err := deposedWrites(filepath.Join(e.cluster.Dir, "audit.log"), history)
+	rep.Converged = len(violations) == 0
+	rep.ConvergeSeconds = convergedAt.Sub(lastFaultEnd(lanes, lastFault)).Seconds()
+	rep.tally(lanes, convergedAt)
+	more, err := e.afterChecks(ctx, rep, terms)
 	if err != nil {
 		return nil, err
 	}
-	if len(accepted) > 0 {
-		violations = append(violations, violation{Invariant: "no API write from a deposed leader", Objects: accepted})
-	}
-	rep.RefusedDeposed = refused
+	violations = append(violations, more...)
 	e.log("drain: deleting every snapshot and group")
 	start := time.Now()
 	if err := w.deleteAll(ctx); err != nil {
@@ -221,4 +192,49 @@ func lastFaultEnd(lanes map[string][]*fault, fallback time.Time) time.Time {
 		return fallback
 	}
 	return last
+}
+
+// tally counts the faults per kind and the time from each kind's last one to convergence.
+func (r *report) tally(lanes map[string][]*fault, convergedAt time.Time) {
+	for _, fs := range lanes {
+		for _, f := range fs {
+			kr := r.Faults[f.Kind]
+			if kr == nil {
+				kr = &kindReport{}
+				r.Faults[f.Kind] = kr
+			}
+			r.FaultLog = append(r.FaultLog, f)
+			if !f.Injected {
+				kr.Failed++
+				continue
+			}
+			kr.Injected++
+			kr.ConvergedAfterLast = max(kr.ConvergedAfterLast, convergedAt.Sub(f.Ended).Seconds())
+		}
+	}
+	sort.Slice(r.FaultLog, func(i, j int) bool { return r.FaultLog[i].Started.Before(r.FaultLog[j].Started) })
+}
+
+// afterChecks are the invariants read from the harness's own records: the CSI proxy's log of
+// CreateSnapshot answers and the audit log against the Lease history.
+func (e *env) afterChecks(ctx context.Context, rep *report, terms *leases) ([]violation, error) {
+	var violations []violation
+	if s, err := e.read(ctx); err == nil {
+		rep.InjectedFailed = s.failed
+	}
+	for name, ids := range e.csi.duplicates() {
+		violations = append(violations, violation{Invariant: "at most one backend snapshot per content",
+			Objects: append([]string{"CreateSnapshot " + name}, ids...)})
+	}
+	history := terms.history()
+	rep.LeaderTerms = len(history)
+	accepted, refused, err := deposedWrites(filepath.Join(e.cluster.Dir, "audit.log"), history)
+	if err != nil {
+		return nil, err
+	}
+	if len(accepted) > 0 {
+		violations = append(violations, violation{Invariant: "no API write from a deposed leader", Objects: accepted})
+	}
+	rep.RefusedDeposed = refused
+	return violations, nil
 }
