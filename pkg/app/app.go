@@ -131,7 +131,9 @@ func (e *Elector) Fenced(cfg *rest.Config) *rest.Config {
 		return cfg
 	}
 	out := rest.CopyConfig(cfg)
-	out.Wrap(func(rt http.RoundTripper) http.RoundTripper { return &fence{next: rt, fresh: func() bool { return e.fresh() }} })
+	out.Wrap(func(rt http.RoundTripper) http.RoundTripper {
+		return &fence{next: rt, fresh: func() bool { return e.fresh() }}
+	})
 	return out
 }
 

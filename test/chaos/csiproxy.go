@@ -209,4 +209,3 @@ func (p *csiProxy) duplicates() map[string][]string {
 	}
 	return out
 }
-
