@@ -17,7 +17,7 @@ CHART_VERSION ?= $(shell echo '$(VERSION)' | sed -E 's/^v([0-9]+\.[0-9]+\.[0-9]+
 # Every file time and image creation time: the commit's time, so a commit's images are reproducible.
 SOURCE_DATE_EPOCH ?= $(shell git log -1 --format=%ct 2>/dev/null || echo 0)
 
-.PHONY: all build plugin install-plugin images chart generate verify test test-unit fuzz crash bench bench-e2e cluster-up cluster-down tools tools-node clean manifests demo
+.PHONY: all build plugin install-plugin images chart generate verify test test-unit fuzz crash chaos soak bench bench-e2e cluster-up cluster-down tools tools-node clean manifests demo
 
 all: build
 
@@ -81,6 +81,20 @@ fuzz:
 ## points of create, delete and restore; SEED=n repeats a run's choices
 crash:
 	$(GO) test -count=1 -run '^TestCrashLoop$$' -v -timeout 60m ./pkg/hostpath/ -args -crash-kills=$(or $(KILLS),200) $(if $(SEED),-crash-seed=$(SEED))
+
+## chaos: a seeded schedule of faults (kills, a stopped leader, kube-apiserver and etcd restarts,
+## API 429/500/latency, CSI delays/timeouts/errors/drops, driver disk full) during a steady
+## snapshot workload, then convergence and invariant checks (N=500 DURATION=10m SEED=1; FAULTS
+## injections per kind, default one per 50 s; JSON=path for the report)
+chaos:
+	$(GO) run ./test/chaos -mode=chaos -n=$(or $(N),500) -duration=$(or $(DURATION),10m) -seed=$(or $(SEED),1) \
+		$(if $(FAULTS),-faults=$(FAULTS)) $(if $(JSON),-json=$(JSON)) $(CHAOS_FLAGS)
+
+## soak: steady churn of snapshots (RATE=5 per second) for DURATION (default 1h), with a slope
+## test of the components' memory, goroutines, descriptors and workqueue depth
+soak:
+	$(GO) run ./test/chaos -mode=soak -duration=$(or $(DURATION),1h) -rate=$(or $(RATE),5) \
+		$(if $(JSON),-json=$(JSON)) $(CHAOS_FLAGS)
 
 ## test-unit: the tests that need no control plane
 test-unit:

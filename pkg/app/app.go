@@ -15,6 +15,7 @@ import (
 	"runtime"
 	"runtime/debug"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -98,11 +99,62 @@ type Elector struct {
 	opts     LeaderElectionOptions
 	name     string
 	watchdog *leaderelection.HealthzAdaptor
+	// le is the running election, nil before Run; fresh tells whether this process leads with
+	// a recent renewal (a field so tests can swap it).
+	le    atomic.Pointer[leaderelection.LeaderElector]
+	fresh func() bool
 }
 
 // NewElector prepares leader election on the Lease named name.
 func NewElector(opts LeaderElectionOptions, name string) *Elector {
-	return &Elector{opts: opts, name: name, watchdog: leaderelection.NewLeaderHealthzAdaptor(opts.RenewDeadline)}
+	e := &Elector{opts: opts, name: name, watchdog: leaderelection.NewLeaderHealthzAdaptor(opts.RenewDeadline)}
+	e.fresh = e.leadsFreshly
+	return e
+}
+
+// leadsFreshly tells whether this process holds the Lease and renewed it (or saw it renewed)
+// less than RenewDeadline ago, that is at least LeaseDuration-RenewDeadline before any other
+// replica may consider it expired.
+func (e *Elector) leadsFreshly() bool {
+	le := e.le.Load()
+	return le != nil && le.IsLeader() && le.Check(e.opts.RenewDeadline-e.opts.LeaseDuration) == nil
+}
+
+// Fenced returns a copy of cfg whose writes (POST, PUT, PATCH, DELETE) fail at once, without
+// reaching the API server, unless this process leads freshly. A leader that was paused (a
+// stopped process, a frozen VM) past its Lease resumes with its work under way: its renewal
+// loop needs a round trip to find out that another replica leads, and meanwhile its workers
+// would write over the new leader's decisions. Give the Lease client cfg itself, never this.
+// Without leader election cfg is returned as is.
+func (e *Elector) Fenced(cfg *rest.Config) *rest.Config {
+	if !e.opts.Enabled {
+		return cfg
+	}
+	out := rest.CopyConfig(cfg)
+	out.Wrap(func(rt http.RoundTripper) http.RoundTripper {
+		return &fence{next: rt, fresh: func() bool { return e.fresh() }}
+	})
+	return out
+}
+
+// fence is the RoundTripper of Fenced.
+type fence struct {
+	next  http.RoundTripper
+	fresh func() bool
+}
+
+// ErrNotLeading is the error of a write that Fenced refused.
+var ErrNotLeading = errors.New("write refused: this replica does not hold a fresh leader election Lease")
+
+func (f *fence) RoundTrip(req *http.Request) (*http.Response, error) {
+	switch req.Method {
+	case http.MethodGet, http.MethodHead, http.MethodOptions:
+	default:
+		if !f.fresh() {
+			return nil, ErrNotLeading
+		}
+	}
+	return f.next.RoundTrip(req)
 }
 
 // Check is the health check, served at /healthz/leader-election, that fails when the leader
@@ -112,7 +164,10 @@ func (e *Elector) Check() HealthCheck {
 }
 
 // Run calls run while leading, or at once when leader election is off. It returns when ctx is
-// done and run has returned; the Lease is released on the way out.
+// done and run has returned. When ctx ends, run's context ends too, but the Lease is renewed
+// until run has returned and only then handed back (so that no other replica starts while
+// this one finishes its work under way). When the Lease is lost, run's context ends and Run
+// returns at once with an error: the caller must exit.
 func (e *Elector) Run(ctx context.Context, cs kubernetes.Interface, run func(ctx context.Context)) error {
 	if !e.opts.Enabled {
 		run(ctx)
@@ -133,13 +188,29 @@ func (e *Elector) Run(ctx context.Context, cs kubernetes.Interface, run func(ctx
 	if err != nil {
 		return err
 	}
-	leaderelection.RunOrDie(ctx, leaderelection.LeaderElectionConfig{
+	// election outlives ctx while run finishes; it ends when run has returned, or at once
+	// when ctx ends before this replica leads.
+	election, endElection := context.WithCancel(context.WithoutCancel(ctx))
+	defer endElection()
+	var leading atomic.Bool
+	stopWaiting := context.AfterFunc(ctx, func() {
+		if !leading.Load() {
+			endElection()
+		}
+	})
+	defer stopWaiting()
+	le, err := leaderelection.NewLeaderElector(leaderelection.LeaderElectionConfig{
 		Lock: lock, Name: e.name, ReleaseOnCancel: true, WatchDog: e.watchdog,
 		LeaseDuration: e.opts.LeaseDuration, RenewDeadline: e.opts.RenewDeadline, RetryPeriod: e.opts.RetryPeriod,
 		Callbacks: leaderelection.LeaderCallbacks{
-			OnStartedLeading: func(ctx context.Context) {
+			OnStartedLeading: func(leaderCtx context.Context) {
+				leading.Store(true)
+				defer endElection() // hand the Lease back once the work under way is done
 				logger.Info("Became leader", "lease", klog.KRef(ns, e.name), "identity", id)
-				run(ctx)
+				runCtx, cancel := context.WithCancel(leaderCtx)
+				defer cancel()
+				defer context.AfterFunc(ctx, cancel)()
+				run(runCtx)
 			},
 			OnStoppedLeading: func() { logger.Info("Stopped leading", "lease", klog.KRef(ns, e.name)) },
 			OnNewLeader: func(leader string) {
@@ -149,6 +220,12 @@ func (e *Elector) Run(ctx context.Context, cs kubernetes.Interface, run func(ctx
 			},
 		},
 	})
+	if err != nil {
+		return err
+	}
+	e.watchdog.SetLeaderElection(le)
+	e.le.Store(le)
+	le.Run(election)
 	if ctx.Err() == nil {
 		return errors.New("lost leadership")
 	}

@@ -35,7 +35,7 @@ func TestRouteOutcomes(t *testing.T) {
 				func(context.Context, string) error { return tc.err })
 			defer q.ShutDown()
 			q.Add("k")
-			q.next(context.Background())
+			q.next(context.Background(), context.Background())
 			if got := q.queue.NumRequeues("k"); got != tc.wantRetries {
 				t.Errorf("retries = %d, want %d", got, tc.wantRetries)
 			}
@@ -52,7 +52,7 @@ func TestPanicIsRetried(t *testing.T) {
 		func(context.Context, string) error { panic("bug") })
 	defer q.ShutDown()
 	q.Add("k")
-	q.next(context.Background())
+	q.next(context.Background(), context.Background())
 	if q.queue.NumRequeues("k") != 1 {
 		t.Error("a panicking sync was not retried")
 	}
@@ -223,7 +223,7 @@ func TestProcessedSignal(t *testing.T) {
 		func(context.Context, string) error { return boom })
 	defer q.ShutDown()
 	q.Add("k")
-	q.next(context.Background())
+	q.next(context.Background(), context.Background())
 	if got := <-calls; got != (call{"signal", "k", boom}) {
 		t.Errorf("processed signal %+v", got)
 	}

@@ -42,7 +42,14 @@ type Options struct {
 	// sync's error, once the outcome is routed: the "key processed" signal tests wait on before
 	// they check that a component looked at an object (and what it did or did not do).
 	Processed func(queue string, key any, err error)
+	// DrainTimeout bounds how long the syncs under way when Run's context ends may go on;
+	// zero means DefaultDrainTimeout.
+	DrainTimeout time.Duration
 }
+
+// DefaultDrainTimeout is how long syncs under way at shutdown may take to finish: a CSI call
+// and a status write, with room for a loaded API server.
+const DefaultDrainTimeout = 15 * time.Second
 
 // Queue is a named, rate-limited work queue of keys with the routing of sync outcomes.
 type Queue[K comparable] struct {
@@ -50,6 +57,7 @@ type Queue[K comparable] struct {
 	queue     workqueue.TypedRateLimitingInterface[K]
 	sync      SyncFunc[K]
 	processed func(queue string, key any, err error)
+	drain     time.Duration
 
 	// paceMu guards nextPaced, the time at which the next paced key is due.
 	paceMu    sync.Mutex
@@ -82,6 +90,9 @@ func newQueue[K comparable](name string, opts Options, sync SyncFunc[K], store w
 	if opts.QPS <= 0 {
 		opts.QPS, opts.Burst = 10, 100
 	}
+	if opts.DrainTimeout <= 0 {
+		opts.DrainTimeout = DefaultDrainTimeout
+	}
 	limiter := workqueue.NewTypedMaxOfRateLimiter(
 		workqueue.NewTypedItemExponentialFailureRateLimiter[K](opts.RetryStart, opts.RetryMax),
 		&workqueue.TypedBucketRateLimiter[K]{Limiter: rate.NewLimiter(rate.Limit(opts.QPS), opts.Burst)},
@@ -90,6 +101,7 @@ func newQueue[K comparable](name string, opts Options, sync SyncFunc[K], store w
 		name:      name,
 		sync:      sync,
 		processed: opts.Processed,
+		drain:     opts.DrainTimeout,
 		queue: workqueue.NewTypedRateLimitingQueueWithConfig(limiter, workqueue.TypedRateLimitingQueueConfig[K]{
 			Name: name,
 			DelayingQueue: workqueue.NewTypedDelayingQueueWithConfig(workqueue.TypedDelayingQueueConfig[K]{
@@ -128,33 +140,45 @@ func (q *Queue[K]) AddAfter(key K, d time.Duration) { q.queue.AddAfter(key, d) }
 // Len is the number of keys waiting.
 func (q *Queue[K]) Len() int { return q.queue.Len() }
 
-// ShutDown stops handing out keys; Run returns once in-flight syncs finish.
+// ShutDown stops handing out keys once the waiting ones are taken; in-flight syncs finish.
 func (q *Queue[K]) ShutDown() { q.queue.ShutDownWithDrain() }
 
-// Run starts workers and blocks until ctx is done, then drains in-flight keys and returns.
+// Run starts workers and blocks until ctx is done, then lets the syncs under way finish (for
+// at most the drain timeout) and returns. No key is taken once ctx is done. The syncs run with
+// a context of their own, cancelled only after the drain timeout, so that a shutdown does not
+// cut a CSI call or a status write in half: the next process would have to find out what the
+// backend did.
 func (q *Queue[K]) Run(ctx context.Context, workers int) {
 	logger := klog.FromContext(ctx).WithValues("queue", q.name)
 	logger.V(2).Info("Starting workers", "count", workers)
+	work, cancel := context.WithCancel(klog.NewContext(context.WithoutCancel(ctx), logger))
+	defer cancel()
 	var wg sync.WaitGroup
 	for range workers {
 		wg.Go(func() {
-			for q.next(klog.NewContext(ctx, logger)) {
+			for q.next(ctx, work) {
 			}
 		})
 	}
 	<-ctx.Done()
-	q.queue.ShutDownWithDrain()
+	timer := time.AfterFunc(q.drain, cancel)
+	defer timer.Stop()
+	q.queue.ShutDown()
 	wg.Wait()
 	logger.V(2).Info("Workers stopped")
 }
 
-// next processes one key; it returns false once the queue is shut down.
-func (q *Queue[K]) next(ctx context.Context) bool {
+// next processes one key with ctx; it returns false once the queue is shut down or stop is
+// done.
+func (q *Queue[K]) next(stop, ctx context.Context) bool {
 	key, quit := q.queue.Get()
 	if quit {
 		return false
 	}
 	defer q.queue.Done(key)
+	if stop.Err() != nil {
+		return false
+	}
 	err := q.safeSync(ctx, key)
 	q.route(ctx, key, err)
 	if q.processed != nil {

@@ -5,11 +5,13 @@ package sidecar
 
 import (
 	"context"
+	"strings"
 	"sync"
 	"time"
 
 	csimetrics "github.com/kubernetes-csi/csi-lib-utils/metrics"
 	"github.com/prometheus/client_golang/prometheus"
+	dto "github.com/prometheus/client_model/go"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/client-go/kubernetes"
 	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
@@ -102,7 +104,7 @@ func Run(ctx context.Context, opts Options) error {
 	elector := app.NewElector(opts.LeaderElection, LeaseName(driver.DriverName()))
 	var wg sync.WaitGroup
 	wg.Go(func() {
-		if err := app.ServeHTTP(ctx, opts.HTTP, prometheus.Gatherers{reg, csiMetrics.GetRegistry()}, elector.Check()); err != nil {
+		if err := app.ServeHTTP(ctx, opts.HTTP, gatherer(reg, csiMetrics.GetRegistry()), elector.Check()); err != nil {
 			logger.Error(err, "HTTP endpoint failed")
 		}
 	})
@@ -144,4 +146,24 @@ func (s *sidecar) config(group bool) config {
 		c.workers = 1
 	}
 	return c
+}
+
+// csiMetricPrefix starts the names of the CSI call metrics that csi-lib-utils records.
+const csiMetricPrefix = "csi_"
+
+// gatherer serves the component's registry and, of csi-lib-utils' registry, only the CSI call
+// metrics: that registry also carries a process_start_time_seconds of its own whose help text
+// differs from the Go client's, and a family gathered twice with two help texts makes the whole
+// /metrics answer 500.
+func gatherer(reg prometheus.Gatherer, csiRegistry prometheus.Gatherer) prometheus.Gatherer {
+	return prometheus.Gatherers{reg, prometheus.GathererFunc(func() ([]*dto.MetricFamily, error) {
+		families, err := csiRegistry.Gather()
+		out := families[:0]
+		for _, f := range families {
+			if strings.HasPrefix(f.GetName(), csiMetricPrefix) {
+				out = append(out, f)
+			}
+		}
+		return out, err
+	})}
 }

@@ -48,7 +48,10 @@ func Run(ctx context.Context, opts RunOptions) error {
 	if err != nil {
 		return err
 	}
-	clients, err := newClients(cfg)
+	elector := app.NewElector(opts.LeaderElection, Name+"-leader")
+	// Every write but the Lease's goes through the fence: a paused leader that resumes writes
+	// nothing once another replica may lead.
+	clients, err := newClients(elector.Fenced(cfg))
 	if err != nil {
 		return err
 	}
@@ -62,7 +65,6 @@ func Run(ctx context.Context, opts RunOptions) error {
 	}
 	reg := app.Registry()
 	metrics.RegisterWorkqueue(reg)
-	elector := app.NewElector(opts.LeaderElection, Name+"-leader")
 	httpErr := make(chan error, 1)
 	go func() { httpErr <- app.ServeHTTP(ctx, opts.HTTP, reg, elector.Check()) }()
 

@@ -63,8 +63,10 @@ type Cluster struct {
 	// a node.
 	KubeletDir string
 
-	procs []*process
-	node  *nodePaths
+	procs   []*process
+	node    *nodePaths
+	opts    Options
+	etcdURL string
 }
 
 // KubeconfigName is the admin kubeconfig's file name inside the state folder.
@@ -85,7 +87,7 @@ func Start(ctx context.Context, opts Options) (c *Cluster, err error) {
 	}
 	opts.Dir = dir
 	started := time.Now()
-	c = &Cluster{Dir: dir, Kubeconfig: filepath.Join(dir, KubeconfigName)}
+	c = &Cluster{Dir: dir, Kubeconfig: filepath.Join(dir, KubeconfigName), opts: opts}
 	defer func() {
 		if err != nil {
 			c.Stop()
@@ -103,6 +105,7 @@ func Start(ctx context.Context, opts Options) (c *Cluster, err error) {
 		return nil, err
 	}
 	etcdURL := "http://127.0.0.1:" + strconv.Itoa(ports[0])
+	c.etcdURL = etcdURL
 	c.URL = "https://127.0.0.1:" + strconv.Itoa(ports[2])
 	if err := writeKubeconfig(c.Kubeconfig, c.URL, dir, "admin"); err != nil {
 		return nil, err

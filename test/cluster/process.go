@@ -2,15 +2,19 @@ package cluster
 
 import (
 	"bytes"
+	"context"
 	"errors"
 	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
 	"time"
+
+	"k8s.io/client-go/rest"
 )
 
 // stopGrace is how long a component gets to exit after SIGTERM before it is killed.
@@ -19,6 +23,7 @@ const stopGrace = 10 * time.Second
 // process is one control-plane component started by this package.
 type process struct {
 	name string
+	args []string
 	log  string
 	cmd  *exec.Cmd
 	done chan struct{}
@@ -29,7 +34,7 @@ type process struct {
 // added to the environment.
 func (c *Cluster) run(opts Options, name string, args []string, env ...string) error {
 	logPath := filepath.Join(opts.Dir, name+".log")
-	logFile, err := os.Create(logPath)
+	logFile, err := os.OpenFile(logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
 	if err != nil {
 		return err
 	}
@@ -49,7 +54,7 @@ func (c *Cluster) run(opts Options, name string, args []string, env ...string) e
 	if err := cmd.Start(); err != nil {
 		return fmt.Errorf("start %s: %w", name, err)
 	}
-	p := &process{name: name, log: logPath, cmd: cmd, done: make(chan struct{})}
+	p := &process{name: name, args: args, log: logPath, cmd: cmd, done: make(chan struct{})}
 	go func() {
 		p.err = cmd.Wait()
 		close(p.done)
@@ -131,4 +136,44 @@ func stopPid(pid int) {
 		time.Sleep(100 * time.Millisecond)
 	}
 	_ = syscall.Kill(pid, syscall.SIGKILL)
+}
+
+// Restart SIGKILLs the named component, as a crash would, starts it again with the same command
+// line and waits until it is healthy again (etcd and kube-apiserver).
+func (c *Cluster) Restart(ctx context.Context, name string) error {
+	i := slices.IndexFunc(c.procs, func(p *process) bool { return p.name == name })
+	if i < 0 {
+		return fmt.Errorf("no %s in this cluster", name)
+	}
+	old := c.procs[i]
+	_ = old.cmd.Process.Kill()
+	<-old.done
+	c.procs = slices.Delete(c.procs, i, i+1)
+	if err := c.run(c.opts, name, old.args); err != nil {
+		return err
+	}
+	// Keep the start order, so Stop still ends the API server before etcd.
+	p := c.procs[len(c.procs)-1]
+	c.procs = slices.Insert(slices.Delete(c.procs, len(c.procs)-1, len(c.procs)), i, p)
+	switch name {
+	case "etcd":
+		return c.waitHealthy(ctx, c.etcdURL+"/health", nil)
+	case "kube-apiserver":
+		tlsConfig, err := rest.TLSConfigFor(c.Config)
+		if err != nil {
+			return err
+		}
+		return c.waitHealthy(ctx, c.URL+"/readyz", tlsConfig)
+	}
+	return nil
+}
+
+// Pid is the process id of the named component, or 0.
+func (c *Cluster) Pid(name string) int {
+	for _, p := range c.procs {
+		if p.name == name {
+			return p.cmd.Process.Pid
+		}
+	}
+	return 0
 }

@@ -161,3 +161,60 @@ func deleteBatch(t *testing.T, s *stack.Stack, ns string) {
 		t.Fatalf("batch not deleted: %v", err)
 	}
 }
+
+// TestGracefulShutdown sends SIGTERM to the leading snapshot-controller and to the sidecar in
+// the middle of a batch: each exits 0 within the drain bound, the controller hands the Lease
+// back so the other one takes over before the Lease would have expired, and once the sidecar
+// is back every snapshot becomes ready with exactly one backend snapshot each.
+func TestGracefulShutdown(t *testing.T) {
+	s := start(t)
+	ctx := context.Background()
+	leader, err := s.WaitLeader(ctx, nil, 30*time.Second)
+	if err != nil {
+		t.Fatalf("no leader: %v", err)
+	}
+	ns := testenv.Namespace(t, s.Kube)
+	v := newVolume(t, s, ns, "source")
+	for i := range batchSize {
+		createSnapshot(t, s, ns, fmt.Sprintf("snap-%02d", i), "source", "")
+		if i == batchSize/2 {
+			terminate(t, s.Snapshotter)
+			stopped := terminate(t, leader)
+			next, err := s.WaitLeader(ctx, leader, time.Minute)
+			if err != nil {
+				t.Fatalf("no controller took over: %v", err)
+			}
+			// Without the hand-back the Lease would only expire 8 s (LeaseDuration) after the
+			// last renewal.
+			if took := time.Since(stopped); took >= 7*time.Second {
+				t.Errorf("%s took over %s after %s exited: the Lease was not handed back", next.Name, took, leader.Name)
+			}
+		}
+	}
+	for _, p := range []*stack.Process{s.Snapshotter, leader} {
+		if err := p.Start(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	handles := waitBatch(t, s, ns)
+	checkBackend(t, s, v.id, handles)
+	deleteBatch(t, s, ns)
+	checkBackend(t, s, v.id, nil)
+}
+
+// terminate sends SIGTERM to p and checks that it exits 0 within the drain bound (15 s, plus
+// room for a loaded machine); it returns when p exited.
+func terminate(t *testing.T, p *stack.Process) time.Time {
+	t.Helper()
+	begin := time.Now()
+	p.Stop(time.Minute)
+	exited := time.Now()
+	if err := p.Wait(); err != nil {
+		t.Errorf("%s exited with %v after SIGTERM, want status 0\n%s", p.Name, err, p.Tail(20))
+	}
+	if took := exited.Sub(begin); took > 25*time.Second {
+		t.Errorf("%s took %s to exit after SIGTERM", p.Name, took)
+	}
+	t.Logf("%s exited %s after SIGTERM", p.Name, exited.Sub(begin).Round(time.Millisecond))
+	return exited
+}

@@ -74,6 +74,12 @@ func (c Chart) helm(ctx context.Context, args ...string) error {
 // (TokenRequest) and writes a kubeconfig at path that authenticates with it, so that whatever
 // uses the kubeconfig has exactly the ServiceAccount's permissions.
 func TokenKubeconfig(ctx context.Context, admin *rest.Config, namespace, name, path string) error {
+	return TokenKubeconfigAt(ctx, admin, namespace, name, path, admin.Host)
+}
+
+// TokenKubeconfigAt is TokenKubeconfig with another server address, e.g. a proxy in front of
+// the API server that presents the API server's certificate.
+func TokenKubeconfigAt(ctx context.Context, admin *rest.Config, namespace, name, path, server string) error {
 	kube, err := kubernetes.NewForConfig(admin)
 	if err != nil {
 		return err
@@ -84,7 +90,7 @@ func TokenKubeconfig(ctx context.Context, admin *rest.Config, namespace, name, p
 	if err != nil {
 		return fmt.Errorf("token for ServiceAccount %s/%s: %w", namespace, name, err)
 	}
-	cluster := &clientcmdapi.Cluster{Server: admin.Host, CertificateAuthority: admin.CAFile,
+	cluster := &clientcmdapi.Cluster{Server: server, CertificateAuthority: admin.CAFile,
 		CertificateAuthorityData: admin.CAData}
 	cfg := clientcmdapi.NewConfig()
 	cfg.Clusters["shutter"] = cluster

@@ -161,3 +161,17 @@ func (p *Process) Pid() int {
 	}
 	return p.cmd.Process.Pid
 }
+
+// Wait waits until the process has ended and returns how: nil for exit status 0.
+func (p *Process) Wait() error {
+	p.mu.Lock()
+	done := p.done
+	p.mu.Unlock()
+	if done == nil {
+		return errors.New(p.Name + " was never started")
+	}
+	<-done
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.err
+}

@@ -54,6 +54,16 @@ type Options struct {
 	ControllerArgs, SnapshotterArgs []string
 	// ControllerEnv holds extra NAME=value environment pairs for the snapshot-controllers.
 	ControllerEnv []string
+	// APIServers, when it names a process ("csi-snapshotter", "snapshot-controller-0", ...), is
+	// the server address that process's kubeconfig points at instead of the API server (a proxy);
+	// each such process then gets a token and kubeconfig of its own.
+	APIServers map[string]string
+	// SnapshotterSocket is the socket the sidecar dials; default the driver's (Socket).
+	SnapshotterSocket string
+	// DataDir is the driver's data folder; default Dir/data.
+	DataDir string
+	// DriverArgs are extra flags for the driver.
+	DriverArgs []string
 }
 
 // Stack is the three components running as processes.
@@ -67,19 +77,26 @@ type Stack struct {
 	// Kube and Snapshots are admin clients for the test or demo itself.
 	Kube      kubernetes.Interface
 	Snapshots clientset.Interface
+	// Endpoints are the HTTP endpoints (/metrics, /healthz) by process name.
+	Endpoints map[string]string
 }
 
 // Socket is the driver's CSI socket.
 func (s *Stack) Socket() string { return filepath.Join(s.opts.Dir, "csi.sock") }
 
 // DataDir is the driver's data folder.
-func (s *Stack) DataDir() string { return filepath.Join(s.opts.Dir, "data") }
+func (s *Stack) DataDir() string {
+	if s.opts.DataDir != "" {
+		return s.opts.DataDir
+	}
+	return filepath.Join(s.opts.Dir, "data")
+}
 
 // Start writes token kubeconfigs for the chart's ServiceAccounts and starts the driver, the
 // sidecar and the controllers, returning once the driver answers and every HTTP endpoint is up.
 func Start(ctx context.Context, opts Options) (s *Stack, err error) {
 	opts = withDefaults(opts)
-	s = &Stack{opts: opts}
+	s = &Stack{opts: opts, Endpoints: map[string]string{}}
 	started := s
 	defer func() {
 		if err != nil {
@@ -104,29 +121,42 @@ func Start(ctx context.Context, opts Options) (s *Stack, err error) {
 	if err := TokenKubeconfig(ctx, opts.Admin, ns, opts.Chart.HostpathServiceAccount(), snapshotterKC); err != nil {
 		return nil, err
 	}
-	if err := s.startDriver(ctx); err != nil {
+	if snapshotterKC, err = s.kubeconfigFor(ctx, "csi-snapshotter", opts.Chart.HostpathServiceAccount(), snapshotterKC); err != nil {
 		return nil, err
 	}
-	ports, err := freePorts(1 + opts.Controllers)
+	ports, err := freePorts(2 + opts.Controllers)
 	if err != nil {
 		return nil, err
 	}
-	s.Snapshotter = s.process("csi-snapshotter", "--csi-address="+s.Socket(), "--kubeconfig="+snapshotterKC,
+	if err := s.startDriver(ctx, endpoint(ports[1+opts.Controllers])); err != nil {
+		return nil, err
+	}
+	csiAddress := s.Socket()
+	if opts.SnapshotterSocket != "" {
+		csiAddress = opts.SnapshotterSocket
+	}
+	s.Snapshotter = s.process("csi-snapshotter", "--csi-address="+csiAddress, "--kubeconfig="+snapshotterKC,
 		"--http-endpoint="+endpoint(ports[0]), "--timeout=30s", "--worker-threads=4",
 		"--retry-interval-start=200ms", "--retry-interval-max=5s",
 		// The sidecar's reference defaults (5/10) would make a batch of 50 take a minute.
 		"--kube-api-qps=100", "--kube-api-burst=200")
 	s.Snapshotter.Args = append(s.Snapshotter.Args, opts.SnapshotterArgs...)
+	s.Endpoints[s.Snapshotter.Name] = endpoint(ports[0])
 	for i := range opts.Controllers {
 		name := "snapshot-controller"
 		if opts.Controllers > 1 {
 			name += "-" + strconv.Itoa(i)
 		}
+		kc, err := s.kubeconfigFor(ctx, name, opts.Chart.ControllerServiceAccount(), controllerKC)
+		if err != nil {
+			return nil, err
+		}
 		s.Controllers = append(s.Controllers, s.process(name, append([]string{
-			"--kubeconfig=" + controllerKC, "--http-endpoint=" + endpoint(ports[1+i]),
+			"--kubeconfig=" + kc, "--http-endpoint=" + endpoint(ports[1+i]),
 			"--retry-interval-start=200ms", "--retry-interval-max=5s",
 		}, append(s.leaderElectionArgs(), opts.ControllerArgs...)...)...))
 		s.Controllers[i].Env = opts.ControllerEnv
+		s.Endpoints[name] = endpoint(ports[1+i])
 	}
 	for i, p := range append([]*Process{s.Snapshotter}, s.Controllers...) {
 		if err := p.Start(); err != nil {
@@ -167,9 +197,22 @@ func (s *Stack) leaderElectionArgs() []string {
 		"--leader-election-retry-period=" + s.opts.RetryPeriod.String()}
 }
 
-func (s *Stack) startDriver(ctx context.Context) error {
-	s.Driver = s.process("hostpath-driver", "--endpoint=unix://"+s.Socket(), "--nodeid=shutter-local",
-		"--drivername="+DefaultDriverName, "--datadir="+s.DataDir(), "--fsync=false")
+// kubeconfigFor is the kubeconfig of process name: its own, pointing at opts.APIServers[name],
+// when that is set, otherwise shared.
+func (s *Stack) kubeconfigFor(ctx context.Context, name, serviceAccount, shared string) (string, error) {
+	server, ok := s.opts.APIServers[name]
+	if !ok {
+		return shared, nil
+	}
+	path := s.path(name + ".kubeconfig")
+	return path, TokenKubeconfigAt(ctx, s.opts.Admin, s.opts.Chart.Namespace, serviceAccount, path, server)
+}
+
+func (s *Stack) startDriver(ctx context.Context, httpEndpoint string) error {
+	s.Driver = s.process("hostpath-driver", append([]string{"--endpoint=unix://" + s.Socket(), "--nodeid=shutter-local",
+		"--drivername=" + DefaultDriverName, "--datadir=" + s.DataDir(), "--fsync=false",
+		"--http-endpoint=" + httpEndpoint}, s.opts.DriverArgs...)...)
+	s.Endpoints[s.Driver.Name] = httpEndpoint
 	if err := s.Driver.Start(); err != nil {
 		return err
 	}

@@ -2,6 +2,7 @@ package controller
 
 import (
 	"context"
+	"net/http"
 	"slices"
 	"strings"
 	"testing"
@@ -246,5 +247,29 @@ func TestPreProvisionedGroup(t *testing.T) {
 	content, err := f.client.GroupsnapshotV1().VolumeGroupSnapshotContents().Get(context.Background(), name, metav1.GetOptions{})
 	if err != nil || content.Spec.VolumeGroupSnapshotRef.UID != vgs.UID || !slices.Contains(content.Finalizers, protocol.GroupContentBoundFinalizer) {
 		t.Fatalf("group content not bound: %v %+v", err, content)
+	}
+}
+
+// TestGroupMemberStatusAfterFailedWrite: the status write of a member's content fails once (after
+// its create succeeded); the member still becomes ready. The chaos suite left two groups not
+// ready after such a failure (with restarts of the leader around it); this path alone recovers,
+// so the cause is still open (see the README's chaos section).
+func TestGroupMemberStatusAfterFailedWrite(t *testing.T) {
+	f := setup(t)
+	driver := "group-status.csi.test"
+	f.groupClass(t, "group-status", driver, snapshotv1.VolumeSnapshotContentDelete)
+	startActor(t, f.client, driver)
+	labels := map[string]string{"app": "status"}
+	f.volume(t, "only", driver)
+	f.labelClaim(t, "only", labels)
+	failing.arm(func(req *http.Request) bool {
+		return req.Method == http.MethodPut && strings.HasSuffix(req.URL.Path, "/status") &&
+			strings.Contains(req.URL.Path, "/volumesnapshotcontents/snapcontent-")
+	})
+	defer failing.arm(nil)
+	vgs := f.waitGroup(t, f.groupSnapshot(t, "status", labels).Name, groupReady)
+	f.waitSnapshot(t, protocol.MemberSnapshotName(vgs.UID, "vol-"+f.ns+"-only"), ready)
+	if !failing.fired() {
+		t.Error("the member content's status write never failed: the test tested nothing")
 	}
 }

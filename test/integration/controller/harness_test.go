@@ -4,6 +4,7 @@ import (
 	"context"
 	"io"
 	"net/http"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -28,7 +29,46 @@ var (
 	running   = &runningController{}
 	gate      = newWatchGate()
 	processed = &processedSignal{subs: map[*processedWatch]struct{}{}}
+	failing   = &failOnce{}
 )
+
+// failOnce answers 500, once, to the first of the controller's requests that a test's predicate
+// picks, without passing it on: a write the API server never saw.
+type failOnce struct {
+	mu   sync.Mutex
+	pick func(*http.Request) bool
+}
+
+// fired tells whether the armed failure happened.
+func (f *failOnce) fired() bool {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.pick == nil
+}
+
+// arm makes the next request for which pick holds fail.
+func (f *failOnce) arm(pick func(*http.Request) bool) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.pick = pick
+}
+
+func (f *failOnce) wrap(rt http.RoundTripper) http.RoundTripper {
+	return roundTripFunc(func(req *http.Request) (*http.Response, error) {
+		f.mu.Lock()
+		hit := f.pick != nil && f.pick(req)
+		if hit {
+			f.pick = nil
+		}
+		f.mu.Unlock()
+		if !hit {
+			return rt.RoundTrip(req)
+		}
+		return &http.Response{StatusCode: http.StatusInternalServerError, Status: "500 Internal Server Error",
+			Header: http.Header{"Content-Type": []string{"application/json"}}, Request: req,
+			Body: io.NopCloser(strings.NewReader(`{"kind":"Status","apiVersion":"v1","status":"Failure","reason":"InternalError","code":500}`))}, nil
+	})
+}
 
 // runningController is the package's controller, which can be stopped and started again.
 type runningController struct {
@@ -46,6 +86,7 @@ func (r *runningController) start(t *testing.T, admin *rest.Config) {
 	cfg := rest.CopyConfig(admin)
 	cfg.Wrap(writes.wrap)
 	cfg.Wrap(gate.wrap)
+	cfg.Wrap(failing.wrap)
 	clients := snapshot.Clients{Kube: kubernetesFor(cfg), Snapshots: clientsetFor(cfg)}
 	kubeInformers, snapInformers := snapshot.InformerFactories(clients)
 	broadcaster := record.NewBroadcaster()

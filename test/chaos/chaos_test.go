@@ -1,0 +1,125 @@
+package main
+
+import (
+	"context"
+	"reflect"
+	"strings"
+	"testing"
+	"time"
+)
+
+// TestChaosShort is the short seeded chaos run of `make test`: every fault kind once during a
+// minute and a half of workload, then convergence and every invariant.
+func TestChaosShort(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts a control plane and the components; skipped with -short")
+	}
+	rep, err := runChaos(context.Background(), config{N: 60, Seed: 1, Duration: 90 * time.Second, PerKind: 1,
+		Converge: 2 * time.Minute, Log: t.Logf})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out strings.Builder
+	rep.print(&out)
+	t.Log("\n" + out.String())
+	for _, v := range rep.Violations {
+		t.Errorf("violation: %s %s: %v", v.Invariant, v.Detail, v.Objects)
+	}
+	for _, k := range faultKinds {
+		if f := rep.Faults[k.kind]; f != nil && f.Injected == 0 {
+			t.Errorf("fault %s was never injected", k.kind)
+		}
+	}
+	if rep.ConvergeSeconds > 120 {
+		t.Errorf("converged %.0fs after the last fault, want within 2 minutes", rep.ConvergeSeconds)
+	}
+}
+
+// TestSoakShort is the two-minute soak of `make test`: steady churn, then the slope check.
+func TestSoakShort(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts a control plane and the components; skipped with -short")
+	}
+	rep, err := runSoak(context.Background(), soakConfig{Duration: 2 * time.Minute, Rate: 5, Seed: 1, Log: t.Logf})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out strings.Builder
+	rep.print(&out)
+	t.Log("\n" + out.String())
+	for _, f := range rep.Failures {
+		t.Error(f)
+	}
+	if rep.Deleted == 0 {
+		t.Error("the churn deleted no snapshot")
+	}
+}
+
+func TestScheduleRepeats(t *testing.T) {
+	a := schedule(7, 10*time.Minute, 10, nil)
+	b := schedule(7, 10*time.Minute, 10, nil)
+	if !reflect.DeepEqual(a, b) {
+		t.Error("the same seed gave two schedules")
+	}
+	if c := schedule(8, 10*time.Minute, 10, nil); reflect.DeepEqual(a, c) {
+		t.Error("two seeds gave the same schedule")
+	}
+	n := 0
+	for _, fs := range a {
+		for _, f := range fs {
+			n++
+			if f.At < 30*time.Second || f.At > 9*time.Minute {
+				t.Errorf("%s at %s, outside [30s, 9m]", f.Kind, f.At)
+			}
+		}
+	}
+	if n != 160 {
+		t.Errorf("%d faults, want 16 kinds x 10", n)
+	}
+	if skipped := schedule(7, time.Minute, 1, map[string]bool{"disk-full": true}); len(skipped["disk"]) != 0 {
+		t.Errorf("skipped kind scheduled: %v", skipped["disk"])
+	}
+}
+
+func TestFit(t *testing.T) {
+	tr := fit([]float64{0, 10, 20, 30}, []float64{100, 101, 102, 103})
+	if tr.PerHour != 360 || tr.Rise != 3 || tr.Mean != 101.5 || tr.Max != 103 {
+		t.Errorf("fit = %+v, want slope 360/h, rise 3, mean 101.5, max 103", tr)
+	}
+	if flat := fit([]float64{0, 10, 20}, []float64{5, 5, 5}); flat.Rise != 0 {
+		t.Errorf("flat series rises %v", flat.Rise)
+	}
+}
+
+func TestHolderAt(t *testing.T) {
+	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	terms := []term{{Replica: "a", Acquired: t0}, {Replica: "b", Acquired: t0.Add(10 * time.Second)}}
+	for _, tc := range []struct {
+		at   time.Duration
+		want string
+	}{{-time.Second, ""}, {0, "a"}, {9 * time.Second, "a"}, {10 * time.Second, "b"}, {time.Hour, "b"}} {
+		if got := holderAt(terms, t0.Add(tc.at)); got != tc.want {
+			t.Errorf("holderAt(+%s) = %q, want %q", tc.at, got, tc.want)
+		}
+	}
+}
+
+func TestComponentOf(t *testing.T) {
+	if got := componentOf("snapshot-controller/v1 " + userAgentTag + "snapshot-controller-1"); got != "snapshot-controller-1" {
+		t.Errorf("componentOf = %q", got)
+	}
+	if got := componentOf("kubectl/v1.34"); got != "" {
+		t.Errorf("componentOf(kubectl) = %q, want empty", got)
+	}
+}
+
+func TestRetryCreep(t *testing.T) {
+	steady := []sample{{At: 0, Retries: 0}, {At: 10, Retries: 10}, {At: 20, Retries: 20}, {At: 30, Retries: 30}}
+	if msg := retryCreep(steady); msg != "" {
+		t.Errorf("steady retries flagged: %s", msg)
+	}
+	creeping := []sample{{At: 0, Retries: 0}, {At: 10, Retries: 1}, {At: 20, Retries: 30}, {At: 30, Retries: 100}}
+	if msg := retryCreep(creeping); msg == "" {
+		t.Error("creeping retries not flagged")
+	}
+}
