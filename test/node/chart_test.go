@@ -17,8 +17,9 @@ import (
 
 // TestChartOnNode installs the chart with images built from this checkout on the node and runs
 // the demo's flow with real pods: a workload pod writes to a provisioned claim, `helm upgrade`
-// changes a value, the driver pod is deleted right after a VolumeSnapshot is created (the cut
-// may come before or after; its StatefulSet starts it again), a restored claim is read
+// changes a value, the driver pod is killed without grace right after a batch of eleven
+// VolumeSnapshots is created (its StatefulSet starts it again; every snapshot becomes ready),
+// a claim restored from one of them is read
 // back by a second pod with equal checksums, and after deleting everything and `helm uninstall`
 // no PV, content, snapshot or claim is left (no stuck finalizer) and the backend is empty.
 func TestChartOnNode(t *testing.T) {
@@ -60,9 +61,14 @@ func TestChartOnNode(t *testing.T) {
 		t.Errorf("after helm upgrade the controller's args are %s, want logLevel 4 in them", args)
 	}
 
-	k.run(snapshotYAML, "kubectl", "apply", "-f", "-")
-	k.run("", "kubectl", "-n", "shutter-system", "delete", "pod", "shutter-hostpath-0", "--wait=false")
-	k.run("", "kubectl", "wait", "volumesnapshot/data-snapshot", "--for=jsonpath={.status.readyToUse}=true", "--timeout=5m")
+	// A batch of snapshots, and the driver pod killed (no grace) while they are being cut.
+	batch := snapshotYAML("data-snapshot")
+	for i := range 10 {
+		batch += "---\n" + snapshotYAML(fmt.Sprintf("batch-%d", i))
+	}
+	k.run(batch, "kubectl", "apply", "-f", "-")
+	k.run("", "kubectl", "-n", "shutter-system", "delete", "pod", "shutter-hostpath-0", "--grace-period=0", "--force", "--wait=false")
+	k.run("", "kubectl", "wait", "volumesnapshot", "--all", "--for=jsonpath={.status.readyToUse}=true", "--timeout=5m")
 	k.run("", "kubectl", "-n", "shutter-system", "rollout", "status", "statefulset/shutter-hostpath", "--timeout=3m")
 
 	k.run(claimYAML("restored", "data-snapshot")+"---\n"+workloadPod("reader", "restored", "read", "/data/set"), "kubectl", "apply", "-f", "-")
@@ -73,7 +79,7 @@ func TestChartOnNode(t *testing.T) {
 
 	k.run("", "kubectl", "delete", "pod", "writer", "reader", "--wait")
 	k.run("", "kubectl", "delete", "pvc", "restored", "data", "--wait")
-	k.run("", "kubectl", "delete", "volumesnapshot", "data-snapshot", "--wait", "--timeout=3m")
+	k.run("", "kubectl", "delete", "volumesnapshot", "--all", "--wait", "--timeout=3m")
 	k.run("", "kubectl", "wait", "--for=delete", "pv", "--all", "--timeout=3m")
 	k.run("", "kubectl", "wait", "--for=delete", "volumesnapshotcontent", "--all", "--timeout=3m")
 	k.run("", "helm", "uninstall", "shutter", "-n", "shutter-system", "--wait", "--timeout", "5m")
@@ -182,10 +188,12 @@ spec:
 `, name, cluster.WorkloadImage, strings.Join(args, `", "`), claim)
 }
 
-const snapshotYAML = `apiVersion: snapshot.storage.k8s.io/v1
+func snapshotYAML(name string) string {
+	return fmt.Sprintf(`apiVersion: snapshot.storage.k8s.io/v1
 kind: VolumeSnapshot
-metadata: {name: data-snapshot, namespace: default}
+metadata: {name: %s, namespace: default}
 spec:
   volumeSnapshotClassName: shutter-hostpath
   source: {persistentVolumeClaimName: data}
-`
+`, name)
+}
