@@ -1,6 +1,7 @@
 # Shutter's entry points. `make test` and `make demo` are the two a newcomer needs; the README
 # explains the rest.
 SHELL := /usr/bin/env bash
+comma := ,
 GO ?= go
 BIN := bin
 CMDS := $(notdir $(wildcard cmd/*))
@@ -126,9 +127,19 @@ tools:
 tools-node:
 	hack/build-tools.sh node
 
-## cluster-up / cluster-down: a local control plane for development (prints the KUBECONFIG)
+## cluster-up / cluster-down: a local control plane for development (prints the KUBECONFIG). As
+## root it runs the local node too, with this checkout's images (built for the machine's platform
+## only) imported, and prints the `helm install` of the chart on it; NODE=0 leaves the node out
+NODE ?= $(if $(filter 0,$(shell id -u)),1,0)
+NODE_PLATFORM ?= linux/$(shell $(GO) env GOARCH)
+IMAGE_COMPONENTS := snapshot-controller csi-snapshotter hostpath-driver snapshot-conversion-webhook
 cluster-up:
+ifeq ($(NODE),1)
+	$(MAKE) images PLATFORMS=$(NODE_PLATFORM)
+	$(GO) run ./hack/cluster up -node -images $(subst $(eval) ,$(comma),$(patsubst %,$(BIN)/images/%.tar,$(IMAGE_COMPONENTS)))
+else
 	$(GO) run ./hack/cluster up
+endif
 
 cluster-down:
 	$(GO) run ./hack/cluster down

@@ -79,7 +79,7 @@ func up(o upOptions) error {
 		return err
 	}
 	_ = os.RemoveAll(dir)
-	tools := []string{"etcd", "kube-apiserver", "kube-controller-manager", "kubectl"}
+	tools := []string{"etcd", "kube-apiserver", "kube-controller-manager", "kubectl", "helm"}
 	if o.node {
 		if os.Geteuid() != 0 {
 			return errors.New("-node needs root (kubelet and containerd mount, make cgroups and set sysctls)")
@@ -101,7 +101,11 @@ func up(o upOptions) error {
 		if _, err := cluster.WriteProvisionerImage(bin, provisioner); err != nil {
 			return fmt.Errorf("external-provisioner image: %w", err)
 		}
-		opts.Node = &cluster.NodeOptions{Images: append([]string{provisioner}, o.images...)}
+		workload := filepath.Join(dir, "images", "workload.tar")
+		if err := cluster.BuildWorkloadImage(ctx, workload); err != nil {
+			return fmt.Errorf("workload image: %w", err)
+		}
+		opts.Node = &cluster.NodeOptions{Images: append([]string{provisioner, workload}, o.images...)}
 	}
 	c, err := cluster.Start(ctx, opts)
 	if err != nil {
@@ -114,7 +118,10 @@ func up(o upOptions) error {
 			_ = cluster.StopDir(dir)
 			return err
 		}
-		fmt.Fprintf(os.Stderr, "cluster: chart values for this node: -f deploy/helm/shutter/ci/local-node-values.yaml -f %s\n", values)
+		defer fmt.Fprintf(os.Stderr, "cluster: install the chart on the node (helm is in the PATH above):\n"+
+			"  helm install shutter deploy/helm/shutter -n shutter-system --create-namespace \\\n"+
+			"    -f deploy/helm/shutter/ci/local-node-values.yaml -f %s\n"+
+			"cluster: workload image for pods: %s\n", values, cluster.WorkloadImage)
 	}
 	fmt.Printf("export KUBECONFIG=%s\nexport PATH=%s:$PATH\n", c.Kubeconfig, bin)
 	return nil

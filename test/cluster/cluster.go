@@ -178,6 +178,9 @@ func apiserverArgs(opts Options, etcdURL string, port int) []string {
 		"--kubelet-client-key=" + f("apiserver-kubelet-client.key"),
 		"--kubelet-certificate-authority=" + f("ca.crt"),
 		"--kubelet-preferred-address-types=InternalIP",
+		// The hostpath driver's container is privileged (it mounts); without this the API server
+		// rejects its pod ("privileged: Forbidden: disallowed by cluster policy").
+		"--allow-privileged=true",
 	}
 	if opts.AuditPolicy != "" {
 		args = append(args, "--audit-policy-file="+opts.AuditPolicy, "--audit-log-path="+f("audit.log"),

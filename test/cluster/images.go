@@ -27,6 +27,16 @@ const PauseImage = "localhost/shutter/pause:1.0"
 // the node from the csi-provisioner binary of hack/tools/provisioner; the tag is its version.
 const ProvisionerRepository = "localhost/shutter/csi-provisioner"
 
+// WorkloadImage is the name of the test image of the demo's and e2e's workload pods, built from
+// test/images/workload (writes or reads files and prints their checksums).
+const WorkloadImage = "localhost/shutter/workload:1.0"
+
+// BuildWorkloadImage builds the workload image for this machine's architecture and writes it to
+// out as an OCI image-layout tar.
+func BuildWorkloadImage(ctx context.Context, out string) error {
+	return BuildGoImage(ctx, filepath.Join(sourceRoot(), "test", "images", "workload"), WorkloadImage, "65532:65532", out)
+}
+
 // sourceRoot is the repository's root folder.
 func sourceRoot() string {
 	_, file, _, _ := runtime.Caller(0)

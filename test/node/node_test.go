@@ -124,6 +124,14 @@ func startNode(t *testing.T, ctx context.Context, probe bool) *node {
 		}
 		images = append(images, tar)
 	}
+	return startNodeWith(t, ctx, bin, dir, images)
+}
+
+// startNodeWith starts a control plane with a node in dir/cluster, with the binaries of bin and
+// the image tars imported.
+func startNodeWith(t *testing.T, ctx context.Context, bin, dir string, images []string) *node {
+	t.Helper()
+	var err error
 	n := &node{before: snapshotHost(t), dir: filepath.Join(dir, "cluster")}
 	n.c, err = cluster.Start(ctx, cluster.Options{
 		Dir: n.dir, BinDir: bin, Progress: testWriter{t},

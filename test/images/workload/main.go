@@ -1,0 +1,130 @@
+// Command workload is the test image of the local node's demo and e2e pods: it writes files with
+// deterministic content into a folder, or reads a folder's files, and prints each file's sha256
+// and one sha256 over all of them, so two pods' logs can be compared. It is static, because
+// nothing can be pulled onto the node and the image holds this binary only.
+//
+//	workload write DIR [FILES [BYTES]]   (default 16 files of 65536 bytes)
+//	workload read DIR
+package main
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"sort"
+	"strconv"
+)
+
+func main() {
+	if err := run(os.Args[1:], os.Stdout); err != nil {
+		fmt.Fprintf(os.Stderr, "workload: %v\n", err)
+		os.Exit(1)
+	}
+}
+
+func run(args []string, out io.Writer) error {
+	if len(args) < 2 {
+		return errors.New("usage: workload write DIR [FILES [BYTES]] | workload read DIR")
+	}
+	switch args[0] {
+	case "write":
+		files, err := intArg(args, 2, 16)
+		if err != nil {
+			return err
+		}
+		size, err := intArg(args, 3, 65536)
+		if err != nil {
+			return err
+		}
+		if err := write(args[1], files, size); err != nil {
+			return err
+		}
+	case "read":
+	default:
+		return fmt.Errorf("unknown command %q: want write or read", args[0])
+	}
+	return report(args[1], out)
+}
+
+func intArg(args []string, i, def int) (int, error) {
+	if len(args) <= i {
+		return def, nil
+	}
+	n, err := strconv.Atoi(args[i])
+	if err != nil || n < 0 {
+		return 0, fmt.Errorf("argument %d: want a number >= 0, got %q", i, args[i])
+	}
+	return n, nil
+}
+
+// write creates file-000 ... in dir; file i holds bytes (i*31 + j*7) mod 251 for j = 0..size-1,
+// so every run gives the same data.
+func write(dir string, files, size int) error {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return err
+	}
+	for i := range files {
+		data := make([]byte, size)
+		for j := range data {
+			data[j] = byte((i*31 + j*7) % 251)
+		}
+		name := filepath.Join(dir, fmt.Sprintf("file-%03d", i))
+		if err := os.WriteFile(name, data, 0o644); err != nil {
+			return err
+		}
+	}
+	return syncDir(dir)
+}
+
+func syncDir(dir string) error {
+	f, err := os.Open(dir)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	return f.Sync()
+}
+
+// report prints "<sha256>  <name>" for every regular file in dir, sorted by name, then
+// "total <sha256 of those lines>".
+func report(dir string, out io.Writer) error {
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		return err
+	}
+	sort.Slice(entries, func(a, b int) bool { return entries[a].Name() < entries[b].Name() })
+	total := sha256.New()
+	for _, e := range entries {
+		if !e.Type().IsRegular() {
+			continue
+		}
+		sum, err := fileSum(filepath.Join(dir, e.Name()))
+		if err != nil {
+			return err
+		}
+		line := fmt.Sprintf("%s  %s\n", sum, e.Name())
+		total.Write([]byte(line))
+		if _, err := io.WriteString(out, line); err != nil {
+			return err
+		}
+	}
+	_, err = fmt.Fprintf(out, "total %s\n", hex.EncodeToString(total.Sum(nil)))
+	return err
+}
+
+func fileSum(name string) (string, error) {
+	f, err := os.Open(name)
+	if err != nil {
+		return "", err
+	}
+	defer f.Close()
+	h := sha256.New()
+	if _, err := io.Copy(h, f); err != nil {
+		return "", err
+	}
+	return hex.EncodeToString(h.Sum(nil)), nil
+}

@@ -1,0 +1,199 @@
+package node
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/shutter-csi/shutter/test/cluster"
+	"github.com/shutter-csi/shutter/test/testenv"
+)
+
+// TestChartOnNode installs the chart with images built from this checkout on the node and runs
+// the demo's flow with real pods: a workload pod writes to a provisioned claim, `helm upgrade`
+// changes a value, the driver pod is killed without grace right after a batch of eleven
+// VolumeSnapshots is created (its StatefulSet starts it again; every snapshot becomes ready),
+// a claim restored from one of them is read
+// back by a second pod with equal checksums, and after deleting everything and `helm uninstall`
+// no PV, content, snapshot or claim is left (no stuck finalizer) and the backend is empty.
+func TestChartOnNode(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Minute)
+	defer cancel()
+	if testing.Short() || os.Geteuid() != 0 {
+		t.Skip("starts a node as root; skipped with -short or when not root")
+	}
+	tools := append([]string{"etcd", "kube-apiserver", "kube-controller-manager", "kubectl", "helm", "csi-provisioner"}, cluster.NodeTools...)
+	bin, ok, err := testenv.BuiltTools(tools...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !ok {
+		t.Skip("the node's binaries are not built: run hack/build-tools.sh node (make test does)")
+	}
+	dir := t.TempDir()
+	images := buildChartImages(t, ctx, bin, dir)
+	n := startNodeWith(t, ctx, bin, dir, images)
+	k := kube{t: t, ctx: ctx, bin: bin, kubeconfig: n.c.Kubeconfig}
+	port := strings.TrimPrefix(n.c.URL, "https://127.0.0.1:")
+	dataDir := filepath.Join(n.dir, "node", "hostpath-data")
+	k.run("", "helm", "install", "shutter", filepath.Join(testenv.RepoRoot(), "deploy", "helm", "shutter"),
+		"-n", "shutter-system", "--create-namespace", "--wait", "--timeout", "5m",
+		"-f", filepath.Join(testenv.RepoRoot(), "deploy", "helm", "shutter", "ci", "local-node-values.yaml"),
+		"--set", "global.kubernetesServicePort="+port, "--set", "global.imageRegistry=localhost/shutter-e2e",
+		"--set", "global.imageTag=e2e", "--set", "hostpath.kubeletDir="+n.c.KubeletDir,
+		"--set", "hostpath.dataDir="+dataDir)
+
+	k.run(claimYAML("data", "")+"---\n"+workloadPod("writer", "data", "write", "/data/set", "8", "32768"), "kubectl", "apply", "-f", "-")
+	k.run("", "kubectl", "wait", "pod/writer", "--for=jsonpath={.status.phase}=Succeeded", "--timeout=3m")
+	written := lastLine(k.run("", "kubectl", "logs", "writer"))
+
+	k.run("", "helm", "upgrade", "shutter", filepath.Join(testenv.RepoRoot(), "deploy", "helm", "shutter"),
+		"-n", "shutter-system", "--reuse-values", "--set", "snapshotController.logLevel=4", "--wait", "--timeout", "5m")
+	k.run("", "kubectl", "-n", "shutter-system", "rollout", "status", "deployment/shutter-snapshot-controller", "--timeout=3m")
+	if args := k.run("", "kubectl", "-n", "shutter-system", "get", "deployment/shutter-snapshot-controller",
+		"-o", "jsonpath={.spec.template.spec.containers[0].args}"); !strings.Contains(args, "4") {
+		t.Errorf("after helm upgrade the controller's args are %s, want logLevel 4 in them", args)
+	}
+
+	// A batch of snapshots, and the driver pod killed (no grace) while they are being cut.
+	batch := snapshotYAML("data-snapshot")
+	for i := range 10 {
+		batch += "---\n" + snapshotYAML(fmt.Sprintf("batch-%d", i))
+	}
+	k.run(batch, "kubectl", "apply", "-f", "-")
+	k.run("", "kubectl", "-n", "shutter-system", "delete", "pod", "shutter-hostpath-0", "--grace-period=0", "--force", "--wait=false")
+	k.run("", "kubectl", "wait", "volumesnapshot", "--all", "--for=jsonpath={.status.readyToUse}=true", "--timeout=5m")
+	k.run("", "kubectl", "-n", "shutter-system", "rollout", "status", "statefulset/shutter-hostpath", "--timeout=3m")
+
+	k.run(claimYAML("restored", "data-snapshot")+"---\n"+workloadPod("reader", "restored", "read", "/data/set"), "kubectl", "apply", "-f", "-")
+	k.run("", "kubectl", "wait", "pod/reader", "--for=jsonpath={.status.phase}=Succeeded", "--timeout=3m")
+	if read := lastLine(k.run("", "kubectl", "logs", "reader")); read != written || !strings.HasPrefix(read, "total ") {
+		t.Errorf("reader printed %q, writer %q", read, written)
+	}
+
+	k.run("", "kubectl", "delete", "pod", "writer", "reader", "--wait")
+	k.run("", "kubectl", "delete", "pvc", "restored", "data", "--wait")
+	k.run("", "kubectl", "delete", "volumesnapshot", "--all", "--wait", "--timeout=3m")
+	k.run("", "kubectl", "wait", "--for=delete", "pv", "--all", "--timeout=3m")
+	k.run("", "kubectl", "wait", "--for=delete", "volumesnapshotcontent", "--all", "--timeout=3m")
+	k.run("", "helm", "uninstall", "shutter", "-n", "shutter-system", "--wait", "--timeout", "5m")
+	if left := k.run("", "kubectl", "get", "pv,pvc,volumesnapshot,volumesnapshotcontent", "-A", "-o", "name"); strings.TrimSpace(left) != "" {
+		t.Errorf("left after uninstall: %s", left)
+	}
+	for _, sub := range []string{"volumes", "snapshots"} {
+		entries, _ := os.ReadDir(filepath.Join(dataDir, sub))
+		if len(entries) != 0 {
+			t.Errorf("backend %s not empty: %d entries", sub, len(entries))
+		}
+	}
+	if err := n.c.Stop(); err != nil {
+		t.Errorf("Stop: %v", err)
+	}
+	n.assertClean(t)
+}
+
+// buildChartImages builds the chart's node images for this machine's platform (tagged
+// localhost/shutter-e2e/<component>:e2e), the workload image and the external-provisioner image.
+func buildChartImages(t *testing.T, ctx context.Context, bin, dir string) []string {
+	t.Helper()
+	out := filepath.Join(dir, "images")
+	components := []string{"snapshot-controller", "csi-snapshotter", "hostpath-driver"}
+	cmd := exec.CommandContext(ctx, "go", "run", "./hack/images", "-version=e2e", "-commit=e2e",
+		"-registry=localhost/shutter-e2e", "-platforms=linux/"+runtime.GOARCH, "-out="+out,
+		"-only="+strings.Join(components, ","))
+	cmd.Dir = testenv.RepoRoot()
+	cmd.Env = append(os.Environ(), "SOURCE_DATE_EPOCH=1")
+	if b, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("hack/images: %v\n%s", err, b)
+	}
+	var tars []string
+	for _, c := range components {
+		tars = append(tars, filepath.Join(out, c+".tar"))
+	}
+	workload := filepath.Join(out, "workload.tar")
+	if err := cluster.BuildWorkloadImage(ctx, workload); err != nil {
+		t.Fatal(err)
+	}
+	provisioner := filepath.Join(out, "csi-provisioner.tar")
+	if _, err := cluster.WriteProvisionerImage(bin, provisioner); err != nil {
+		t.Fatal(err)
+	}
+	return append(tars, workload, provisioner)
+}
+
+// kube runs kubectl and helm against the node's control plane.
+type kube struct {
+	t               *testing.T
+	ctx             context.Context
+	bin, kubeconfig string
+}
+
+func (k kube) run(stdin, name string, args ...string) string {
+	k.t.Helper()
+	cmd := exec.CommandContext(k.ctx, filepath.Join(k.bin, name), args...)
+	cmd.Env = append(os.Environ(), "KUBECONFIG="+k.kubeconfig)
+	cmd.Stdin = strings.NewReader(stdin)
+	start := time.Now()
+	out, err := cmd.CombinedOutput()
+	k.t.Logf("%s %s (%s)", name, strings.Join(args, " "), time.Since(start).Round(100*time.Millisecond))
+	if err != nil {
+		k.t.Fatalf("%s %s: %v\n%s", name, strings.Join(args, " "), err, out)
+	}
+	return string(out)
+}
+
+func lastLine(s string) string {
+	lines := strings.Split(strings.TrimSpace(s), "\n")
+	return lines[len(lines)-1]
+}
+
+func claimYAML(name, snapshot string) string {
+	s := fmt.Sprintf(`apiVersion: v1
+kind: PersistentVolumeClaim
+metadata: {name: %s, namespace: default}
+spec:
+  storageClassName: shutter-hostpath
+  accessModes: [ReadWriteOnce]
+  resources: {requests: {storage: 10Mi}}
+`, name)
+	if snapshot != "" {
+		s += "  dataSource: {apiGroup: snapshot.storage.k8s.io, kind: VolumeSnapshot, name: " + snapshot + "}\n"
+	}
+	return s
+}
+
+func workloadPod(name, claim string, args ...string) string {
+	return fmt.Sprintf(`apiVersion: v1
+kind: Pod
+metadata: {name: %s, namespace: default}
+spec:
+  hostNetwork: true
+  restartPolicy: Never
+  securityContext: {fsGroup: 65532}
+  containers:
+  - name: workload
+    image: %s
+    imagePullPolicy: IfNotPresent
+    args: ["%s"]
+    volumeMounts: [{name: data, mountPath: /data}]
+  volumes:
+  - name: data
+    persistentVolumeClaim: {claimName: %s}
+`, name, cluster.WorkloadImage, strings.Join(args, `", "`), claim)
+}
+
+func snapshotYAML(name string) string {
+	return fmt.Sprintf(`apiVersion: snapshot.storage.k8s.io/v1
+kind: VolumeSnapshot
+metadata: {name: %s, namespace: default}
+spec:
+  volumeSnapshotClassName: shutter-hostpath
+  source: {persistentVolumeClaimName: data}
+`, name)
+}
