@@ -6,6 +6,7 @@ package app
 
 import (
 	"context"
+	"crypto/rand"
 	"errors"
 	"flag"
 	"fmt"
@@ -174,11 +175,10 @@ func (e *Elector) Run(ctx context.Context, cs kubernetes.Interface, run func(ctx
 		return nil
 	}
 	logger := klog.FromContext(ctx)
-	id, err := os.Hostname()
+	id, err := leaderIdentity()
 	if err != nil {
 		return err
 	}
-	id = fmt.Sprintf("%s_%d", id, os.Getpid())
 	ns := e.opts.Namespace
 	if ns == "" {
 		ns = inClusterNamespace()
@@ -349,4 +349,16 @@ type noWatchList struct{ gates clientfeatures.Gates }
 
 func (g noWatchList) Enabled(key clientfeatures.Feature) bool {
 	return key != clientfeatures.WatchListClient && g.gates.Enabled(key)
+}
+
+// leaderIdentity is this process's holder identity in the Lease: host name, a random part and
+// the process id. Host name and pid alone are not unique: every container's process is pid 1,
+// and pods in the node's network namespace (hostNetwork) share the node's host name, so two
+// replicas on one node would both hold the Lease. The pid stays last (tests match on it).
+func leaderIdentity() (string, error) {
+	host, err := os.Hostname()
+	if err != nil {
+		return "", err
+	}
+	return fmt.Sprintf("%s_%s_%d", host, rand.Text()[:8], os.Getpid()), nil
 }

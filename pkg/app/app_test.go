@@ -12,6 +12,7 @@ import (
 	"path/filepath"
 	"runtime"
 	"runtime/debug"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -186,5 +187,27 @@ func TestLowerGCWhileSyncing(t *testing.T) {
 	LowerGCWhileSyncing()
 	if got := debug.SetGCPercent(50); got != -1 {
 		t.Errorf("a disabled collector got target %d", got)
+	}
+}
+
+// Two electors on one host, both pid 1 in their containers, must not share an identity.
+func TestLeaderIdentityIsUniquePerElector(t *testing.T) {
+	a, err := leaderIdentity()
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := leaderIdentity()
+	if err != nil {
+		t.Fatal(err)
+	}
+	host, _ := os.Hostname()
+	suffix := "_" + strconv.Itoa(os.Getpid())
+	for _, id := range []string{a, b} {
+		if !strings.HasPrefix(id, host+"_") || !strings.HasSuffix(id, suffix) {
+			t.Errorf("identity %q: want %s_<random>%s", id, host, suffix)
+		}
+	}
+	if a == b {
+		t.Errorf("two identities are equal: %q", a)
 	}
 }
