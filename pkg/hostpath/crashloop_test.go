@@ -366,8 +366,8 @@ func TestCrashLoop(t *testing.T) {
 		}
 		stopped := make(chan struct{})
 		go func() { wg.Wait(); close(stopped) }()
-		// The kill lands after a random number of calls began, a random
-		// fraction of a call later: fault injection, not synchronisation.
+		// The kill lands right after a random number of calls began, while
+		// they and the other clients' calls are in flight.
 		for range 1 + rng.IntN(12) {
 			select {
 			case <-started:
@@ -375,7 +375,6 @@ func TestCrashLoop(t *testing.T) {
 				t.Fatal("every client stopped before the kill")
 			}
 		}
-		time.Sleep(time.Duration(rng.IntN(3000)) * time.Microsecond)
 		killed.Store(true)
 		p.kill(t)
 		cancel()

@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/container-storage-interface/spec/lib/go/csi"
+	"k8s.io/apimachinery/pkg/util/wait"
 )
 
 var quiesceOff = flag.Bool("quiesce-off", false,
@@ -263,13 +264,14 @@ func newPodCgroup(t *testing.T, hier, uid string) (root, pod string) {
 // removeCgroup removes an empty cgroup, waiting for its last tasks to be
 // reaped.
 func removeCgroup(t *testing.T, dir string) {
-	for range 200 {
-		if err := os.Remove(dir); err == nil || os.IsNotExist(err) {
-			return
-		}
-		time.Sleep(10 * time.Millisecond)
+	err := wait.PollUntilContextTimeout(context.Background(), 10*time.Millisecond, 2*time.Second, true,
+		func(context.Context) (bool, error) {
+			err := os.Remove(dir)
+			return err == nil || os.IsNotExist(err), nil
+		})
+	if err != nil {
+		t.Errorf("cgroup %s left behind: %v", dir, err)
 	}
-	t.Errorf("cgroup %s left behind", dir)
 }
 
 // thaw thaws a test cgroup, whatever its version.

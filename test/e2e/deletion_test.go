@@ -26,8 +26,9 @@ const groupDeletionRuns = 20
 // ready group of three is deleted on its own (it is kept), then the group is deleted. Each run
 // must end with the group, its members, their contents, the group content and every backend
 // snapshot gone. The integration test TestGroupDeletionOrders puts the events in each order
-// deterministically; this loop runs the real binaries with the gap between the two deletions
-// spread over 0-1 s, so that it meets the controller at different points of its work.
+// deterministically; this loop runs the real binaries and deletes the group either at once
+// (even runs) or once the member is seen kept by its group (odd runs), so that it meets the
+// controller at different points of its work.
 func TestGroupDeletionLoop(t *testing.T) {
 	s := start(t)
 	ns := testenv.Namespace(t, s.Kube)
@@ -58,11 +59,29 @@ func TestGroupDeletionLoop(t *testing.T) {
 		if err := s.Snapshots.SnapshotV1().VolumeSnapshots(ns).Delete(context.Background(), member, metav1.DeleteOptions{}); err != nil {
 			t.Fatal(err)
 		}
-		time.Sleep(time.Duration(run%5) * 250 * time.Millisecond) // the spread, not a wait for anything
+		if run%2 == 1 {
+			waitMemberKept(t, s, ns, member)
+		}
 		if err := groups.Delete(context.Background(), name, metav1.DeleteOptions{}); err != nil {
 			t.Fatal(err)
 		}
 		waitGroupGone(t, s, vgs, ids, handles)
+	}
+}
+
+// waitMemberKept waits until the member deleted on its own is being deleted and still held by its
+// group's finalizer.
+func waitMemberKept(t *testing.T, s *stack.Stack, ns, member string) {
+	t.Helper()
+	err := wait.PollUntilContextTimeout(context.Background(), 100*time.Millisecond, 30*time.Second, true, func(ctx context.Context) (bool, error) {
+		vs, err := s.Snapshots.SnapshotV1().VolumeSnapshots(ns).Get(ctx, member, metav1.GetOptions{})
+		if err != nil {
+			return false, err
+		}
+		return vs.DeletionTimestamp != nil && slices.Contains(vs.Finalizers, protocol.SnapshotInGroupFinalizer), nil
+	})
+	if err != nil {
+		t.Fatalf("member %s deleted alone is not kept by its group: %v", member, err)
 	}
 }
 

@@ -212,7 +212,12 @@ func (r *groupRun) graceOver(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	time.Sleep(time.Until(content.CreationTimestamp.Add(statusGrace + time.Second)))
+	over := content.CreationTimestamp.Add(statusGrace + time.Second)
+	err = wait.PollUntilContextTimeout(context.Background(), 100*time.Millisecond, statusGrace+5*time.Second, true,
+		func(context.Context) (bool, error) { return time.Now().After(over), nil })
+	if err != nil {
+		t.Fatalf("status grace of %s not over: %v", content.Name, err)
+	}
 }
 
 // memberHeld tells whether the first member is being deleted and still held by its group.
