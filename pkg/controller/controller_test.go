@@ -5,45 +5,81 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"sync"
 	"testing"
 	"time"
+
+	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/cache"
+
+	"github.com/shutter-csi/shutter/pkg/metrics"
 )
 
 func TestRouteOutcomes(t *testing.T) {
 	tests := []struct {
 		name        string
 		err         error
+		want        Outcome
 		wantRetries int  // the key's failure count afterwards
 		wantQueued  bool // the key comes back by itself
 	}{
-		{name: "success forgets", err: nil},
-		{name: "requeue after waits without a failure", err: RequeueAfter(10*time.Millisecond, "waiting"), wantQueued: true},
-		{name: "final is not retried", err: Final(errors.New("bad input"))},
-		{name: "wrapped final is not retried", err: errors.Join(Final(errors.New("bad input")))},
-		{name: "conflict is retried", err: apierrors.NewConflict(schema.GroupResource{}, "x", errors.New("stale")), wantRetries: 1, wantQueued: true},
-		{name: "other errors are retried", err: errors.New("boom"), wantRetries: 1, wantQueued: true},
+		{name: "success forgets", err: nil, want: OutcomeSuccess},
+		{name: "requeue after waits without a failure", err: RequeueAfter(10*time.Millisecond, "waiting"), want: OutcomeRequeueAfter, wantQueued: true},
+		{name: "final is not retried", err: Final(errors.New("bad input")), want: OutcomeFinal},
+		{name: "wrapped final is not retried", err: errors.Join(Final(errors.New("bad input"))), want: OutcomeFinal},
+		{name: "conflict is retried", err: apierrors.NewConflict(schema.GroupResource{}, "x", errors.New("stale")), want: OutcomeRequeue, wantRetries: 1, wantQueued: true},
+		{name: "other errors are retried", err: errors.New("boom"), want: OutcomeError, wantRetries: 1, wantQueued: true},
 	}
-	for _, tc := range tests {
+	for i, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			q := NewQueue[string]("test", Options{RetryStart: time.Millisecond, RetryMax: time.Millisecond},
+			name := fmt.Sprintf("route-%d", i)
+			var got Result
+			q := NewQueue[string](name, Options{RetryStart: time.Millisecond, RetryMax: time.Millisecond,
+				Processed: func(r Result) { got = r }},
 				func(context.Context, string) error { return tc.err })
 			defer q.ShutDown()
+			counted := metrics.Reconciles.WithLabelValues(name, string(tc.want))
+			before := testutil.ToFloat64(counted)
 			q.Add("k")
 			q.next(context.Background(), context.Background())
+			if got.Outcome != tc.want || got.Queue != name || got.Key != "k" || got.Err != tc.err {
+				t.Errorf("processed %+v, want outcome %s", got, tc.want)
+			}
+			if n := testutil.ToFloat64(counted) - before; n != 1 {
+				t.Errorf("%s_%s{name=%q,result=%q} rose by %v, want 1", metrics.Namespace, metrics.ReconcileTotal, name, tc.want, n)
+			}
 			if got := q.queue.NumRequeues("k"); got != tc.wantRetries {
 				t.Errorf("retries = %d, want %d", got, tc.wantRetries)
 			}
-			time.Sleep(50 * time.Millisecond)
-			if got := q.Len() == 1; got != tc.wantQueued {
-				t.Errorf("queued again = %v, want %v", got, tc.wantQueued)
+			// A key due later than any requeue of k: if k is to come back, it comes first.
+			q.AddAfter("later", 50*time.Millisecond)
+			first, _ := q.queue.Get()
+			q.queue.Done(first)
+			if queued := first == "k"; queued != tc.wantQueued {
+				t.Errorf("queued again = %v, want %v", queued, tc.wantQueued)
 			}
 		})
+	}
+}
+
+func TestRequeueIsReadable(t *testing.T) {
+	err := fmt.Errorf("sync: %w", RequeueAfter(250*time.Millisecond, "busy"))
+	wait, ok := AsRequeue(err)
+	if !ok || wait.After != 250*time.Millisecond || wait.Reason != "busy" {
+		t.Errorf("AsRequeue = %+v, %v", wait, ok)
+	}
+	if OutcomeOf(err) != OutcomeRequeueAfter {
+		t.Errorf("outcome %s", OutcomeOf(err))
+	}
+	for _, err := range []error{nil, errors.New("requeue after 1s: text alone is no requeue"), Final(errors.New("x"))} {
+		if wait, ok := AsRequeue(err); ok {
+			t.Errorf("AsRequeue(%v) = %+v", err, wait)
+		}
 	}
 }
 
@@ -212,22 +248,51 @@ func TestAddPacedLetsNewKeysThrough(t *testing.T) {
 }
 
 func TestProcessedSignal(t *testing.T) {
-	type call struct {
-		queue, key string
-		err        error
-	}
 	boom := errors.New("boom")
-	calls := make(chan call, 1)
+	calls := make(chan Result, 1)
 	q := NewQueue[string]("signal", Options{RetryStart: time.Hour, RetryMax: time.Hour,
-		Processed: func(queue string, key any, err error) { calls <- call{queue, key.(string), err} }},
+		Processed: func(r Result) { calls <- r }},
 		func(context.Context, string) error { return boom })
 	defer q.ShutDown()
 	q.Add("k")
 	q.next(context.Background(), context.Background())
-	if got := <-calls; got != (call{"signal", "k", boom}) {
+	if got := <-calls; got != (Result{Queue: "signal", Key: "k", Outcome: OutcomeError, Err: boom}) {
 		t.Errorf("processed signal %+v", got)
 	}
 	if q.queue.NumRequeues("k") != 1 {
 		t.Error("the outcome must be routed before the signal")
+	}
+}
+
+// TestProcessedFromContext: Run calls the hooks of its context as well as Options.Processed.
+func TestProcessedFromContext(t *testing.T) {
+	var mu sync.Mutex
+	var seen []string
+	hook := func(who string) func(Result) {
+		return func(r Result) {
+			mu.Lock()
+			defer mu.Unlock()
+			seen = append(seen, who+":"+r.Key.(string))
+		}
+	}
+	done := make(chan struct{})
+	q := NewQueue[string]("context", Options{Processed: hook("options")}, func(context.Context, string) error { return nil })
+	ctx := WithProcessed(WithProcessed(context.Background(), hook("outer")), func(r Result) {
+		hook("inner")(r)
+		close(done)
+	})
+	ctx, cancel := context.WithCancel(ctx)
+	returned := make(chan struct{})
+	go func() { q.Run(ctx, 1); close(returned) }()
+	q.Add("k")
+	select {
+	case <-done:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the key was not processed")
+	}
+	cancel()
+	<-returned
+	if want := []string{"options:k", "outer:k", "inner:k"}; !slices.Equal(seen, want) {
+		t.Errorf("hooks called %v, want %v", seen, want)
 	}
 }

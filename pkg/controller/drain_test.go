@@ -12,7 +12,7 @@ import (
 // live context and finishes, the key waiting behind it is not taken, and Run returns then.
 func TestRunFinishesSyncUnderWay(t *testing.T) {
 	started, release := make(chan struct{}), make(chan struct{})
-	var syncErr atomic.Value
+	var syncErr, finished atomic.Bool
 	var synced []string
 	q := NewQueue[string]("drain", Options{DrainTimeout: time.Minute}, func(ctx context.Context, key string) error {
 		synced = append(synced, key)
@@ -20,20 +20,27 @@ func TestRunFinishesSyncUnderWay(t *testing.T) {
 			close(started)
 			<-release
 			syncErr.Store(ctx.Err() == nil)
+			finished.Store(true)
 		}
 		return nil
 	})
 	ctx, cancel := context.WithCancel(context.Background())
 	q.Add("first")
 	returned := make(chan struct{})
-	go func() { q.Run(ctx, 1); close(returned) }()
+	var finishedAtReturn bool
+	go func() {
+		q.Run(ctx, 1)
+		finishedAtReturn = finished.Load()
+		close(returned)
+	}()
 	<-started
 	q.Add("second")
 	cancel()
-	select {
-	case <-returned:
-		t.Fatal("Run returned while a sync was under way")
-	case <-time.After(100 * time.Millisecond): // a "nothing happened" window: Run must still wait
+	// Run has seen the cancellation once it shut its queue down; from there it waits for the sync.
+	for deadline := time.Now().Add(10 * time.Second); !q.queue.ShuttingDown(); time.Sleep(time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("Run did not begin its shutdown")
+		}
 	}
 	close(release)
 	select {
@@ -41,7 +48,10 @@ func TestRunFinishesSyncUnderWay(t *testing.T) {
 	case <-time.After(10 * time.Second):
 		t.Fatal("Run did not return after the sync finished")
 	}
-	if live, _ := syncErr.Load().(bool); !live {
+	if !finishedAtReturn {
+		t.Error("Run returned while a sync was under way")
+	}
+	if !syncErr.Load() {
 		t.Error("the sync under way saw its context cancelled at shutdown")
 	}
 	if len(synced) != 1 {

@@ -16,13 +16,12 @@ package controller
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"sync"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"golang.org/x/time/rate"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
 	"k8s.io/client-go/util/workqueue"
 	"k8s.io/klog/v2"
@@ -38,10 +37,10 @@ type Options struct {
 	// QPS and Burst bound retries across all keys together; zero means 10 and 100.
 	QPS   float64
 	Burst int
-	// Processed, when set, is called after each sync with the queue's name, the key and the
-	// sync's error, once the outcome is routed: the "key processed" signal tests wait on before
-	// they check that a component looked at an object (and what it did or did not do).
-	Processed func(queue string, key any, err error)
+	// Processed, when set, is called after each sync, once its outcome is routed: the "key
+	// processed" signal tests wait on before they check that a component looked at an object
+	// (and what it did or did not do). WithProcessed reaches the queues inside a component.
+	Processed func(Result)
 	// DrainTimeout bounds how long the syncs under way when Run's context ends may go on;
 	// zero means DefaultDrainTimeout.
 	DrainTimeout time.Duration
@@ -56,8 +55,9 @@ type Queue[K comparable] struct {
 	name      string
 	queue     workqueue.TypedRateLimitingInterface[K]
 	sync      SyncFunc[K]
-	processed func(queue string, key any, err error)
+	processed func(Result)
 	drain     time.Duration
+	outcomes  map[Outcome]prometheus.Counter
 
 	// paceMu guards nextPaced, the time at which the next paced key is due.
 	paceMu    sync.Mutex
@@ -102,6 +102,7 @@ func newQueue[K comparable](name string, opts Options, sync SyncFunc[K], store w
 		sync:      sync,
 		processed: opts.Processed,
 		drain:     opts.DrainTimeout,
+		outcomes:  outcomeCounters(name),
 		queue: workqueue.NewTypedRateLimitingQueueWithConfig(limiter, workqueue.TypedRateLimitingQueueConfig[K]{
 			Name: name,
 			DelayingQueue: workqueue.NewTypedDelayingQueueWithConfig(workqueue.TypedDelayingQueueConfig[K]{
@@ -153,6 +154,9 @@ func (q *Queue[K]) Run(ctx context.Context, workers int) {
 	logger.V(2).Info("Starting workers", "count", workers)
 	work, cancel := context.WithCancel(klog.NewContext(context.WithoutCancel(ctx), logger))
 	defer cancel()
+	if hook := processedFrom(ctx); hook != nil {
+		q.processed = chain(q.processed, hook)
+	}
 	var wg sync.WaitGroup
 	for range workers {
 		wg.Go(func() {
@@ -180,9 +184,10 @@ func (q *Queue[K]) next(stop, ctx context.Context) bool {
 		return false
 	}
 	err := q.safeSync(ctx, key)
-	q.route(ctx, key, err)
+	outcome := q.route(ctx, key, err)
+	q.outcomes[outcome].Inc()
 	if q.processed != nil {
-		q.processed(q.name, key, err)
+		q.processed(Result{Queue: q.name, Key: key, Outcome: outcome, Err: err})
 	}
 	return true
 }
@@ -197,57 +202,27 @@ func (q *Queue[K]) safeSync(ctx context.Context, key K) (err error) {
 	return q.sync(ctx, key)
 }
 
-// route decides, in one place, what a sync's outcome means for its key.
-func (q *Queue[K]) route(ctx context.Context, key K, err error) {
+// route decides, in one place, what a sync's outcome means for its key, and returns it.
+func (q *Queue[K]) route(ctx context.Context, key K, err error) Outcome {
 	logger := klog.FromContext(ctx)
-	var wait *requeueError
-	switch {
-	case err == nil:
+	outcome := OutcomeOf(err)
+	switch outcome {
+	case OutcomeSuccess:
 		q.queue.Forget(key)
-	case errors.As(err, &wait):
+	case OutcomeRequeueAfter:
+		wait, _ := AsRequeue(err)
 		q.queue.Forget(key)
-		q.queue.AddAfter(key, wait.after)
-		logger.V(4).Info("Waiting", "key", key, "after", wait.after, "reason", wait.reason)
-	case IsFinal(err):
+		q.queue.AddAfter(key, wait.After)
+		logger.V(4).Info("Waiting", "key", key, "after", wait.After, "reason", wait.Reason)
+	case OutcomeFinal:
 		q.queue.Forget(key)
 		logger.V(2).Info("Not retrying", "key", key, "err", err)
-	case apierrors.IsConflict(err):
+	case OutcomeRequeue:
 		q.queue.AddRateLimited(key)
 		logger.V(4).Info("Conflict, retrying", "key", key)
 	default:
 		q.queue.AddRateLimited(key)
 		logger.Error(err, "Sync failed, retrying", "key", key, "retries", q.queue.NumRequeues(key))
 	}
-}
-
-type requeueError struct {
-	after  time.Duration
-	reason string
-}
-
-func (e *requeueError) Error() string { return fmt.Sprintf("requeue after %s: %s", e.after, e.reason) }
-
-// RequeueAfter asks for the key to be looked at again after d, without counting a failure.
-func RequeueAfter(d time.Duration, reason string) error {
-	return &requeueError{after: d, reason: reason}
-}
-
-type finalError struct{ err error }
-
-func (e *finalError) Error() string { return e.err.Error() }
-func (e *finalError) Unwrap() error { return e.err }
-
-// Final marks err as not worth retrying until the object changes: bad user input that has been
-// reported in status and an event.
-func Final(err error) error {
-	if err == nil {
-		return nil
-	}
-	return &finalError{err: err}
-}
-
-// IsFinal tells whether err was marked with Final.
-func IsFinal(err error) bool {
-	var f *finalError
-	return errors.As(err, &f)
+	return outcome
 }

@@ -64,6 +64,16 @@ const (
 	OperationDeleteGroup = "DeleteGroupSnapshot"
 	StatusSuccess        = "success"
 	StatusFailure        = "failure"
+
+	// Syncs of every queue's keys by outcome, as the queue routed them (controller-runtime's
+	// reconcile_total), labelled with the queue's name as the workqueue metrics are.
+	ReconcileTotal        = "reconcile_total"
+	LabelQueue            = "name"
+	ReconcileSuccess      = "success"
+	ReconcileRequeue      = "requeue"       // a conflict: retried with backoff, quietly
+	ReconcileRequeueAfter = "requeue_after" // waiting for something else, not a failure
+	ReconcileError        = "error"
+	ReconcileFinal        = "final" // reported to the user; not retried until the object changes
 )
 
 // Operations is the latency of whole snapshot operations, from request to outcome.
@@ -73,10 +83,17 @@ var Operations = prometheus.NewHistogramVec(prometheus.HistogramOpts{
 	Buckets: []float64{0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300, 600},
 }, []string{LabelOperation, LabelStatus})
 
+// Reconciles counts the syncs of each queue by outcome; pkg/controller's queues count into it.
+var Reconciles = prometheus.NewCounterVec(prometheus.CounterOpts{
+	Namespace: Namespace, Name: ReconcileTotal,
+	Help: "Syncs of a queue's keys by outcome: success, requeue (conflict), requeue_after, error, final.",
+}, []string{LabelQueue, LabelResult})
+
 var registerOnce sync.Once
 
 // RegisterWorkqueue makes every workqueue created afterwards report depth, adds, latency, work
-// duration, unfinished work and retries, labelled with the queue's name, to reg.
+// duration, unfinished work and retries, labelled with the queue's name, to reg, and registers
+// Reconciles with it.
 func RegisterWorkqueue(reg prometheus.Registerer) {
 	registerOnce.Do(func() {
 		p := &provider{
@@ -88,7 +105,7 @@ func RegisterWorkqueue(reg prometheus.Registerer) {
 			longest:    prometheus.NewGaugeVec(opts("workqueue_longest_running_processor_seconds", "Longest running worker."), queueLabel),
 			retries:    prometheus.NewCounterVec(prometheus.CounterOpts(opts("workqueue_retries_total", "Keys retried.")), queueLabel),
 		}
-		reg.MustRegister(p.depth, p.adds, p.latency, p.work, p.unfinished, p.longest, p.retries)
+		reg.MustRegister(p.depth, p.adds, p.latency, p.work, p.unfinished, p.longest, p.retries, Reconciles)
 		workqueue.SetProvider(p)
 	})
 }
