@@ -10,6 +10,7 @@ import (
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/wait"
 
 	groupv1 "github.com/shutter-csi/shutter/client/apis/volumegroupsnapshot/v1"
 	snapshotv1 "github.com/shutter-csi/shutter/client/apis/volumesnapshot/v1"
@@ -33,12 +34,7 @@ func startActor(t *testing.T, client clientset.Interface, driver string) *actor 
 	a := &actor{client: client, driver: driver}
 	ctx, cancel := context.WithCancel(context.Background())
 	t.Cleanup(cancel)
-	go func() {
-		for ctx.Err() == nil {
-			a.pass(ctx)
-			time.Sleep(30 * time.Millisecond)
-		}
-	}()
+	go wait.UntilWithContext(ctx, a.pass, 30*time.Millisecond) // a sidecar's resync, fast, until the test ends
 	return a
 }
 

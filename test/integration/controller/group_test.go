@@ -18,6 +18,7 @@ import (
 
 	groupv1 "github.com/shutter-csi/shutter/client/apis/volumegroupsnapshot/v1"
 	snapshotv1 "github.com/shutter-csi/shutter/client/apis/volumesnapshot/v1"
+	"github.com/shutter-csi/shutter/pkg/controller"
 	"github.com/shutter-csi/shutter/pkg/metrics"
 	"github.com/shutter-csi/shutter/pkg/protocol"
 )
@@ -64,6 +65,8 @@ func (f *fixture) waitGroup(t *testing.T, name string, ok func(*groupv1.VolumeGr
 	}
 	return got
 }
+
+func groupAbsent(vgs *groupv1.VolumeGroupSnapshot) bool { return vgs == nil }
 
 func groupReady(vgs *groupv1.VolumeGroupSnapshot) bool {
 	return vgs != nil && vgs.Status != nil && vgs.Status.ReadyToUse != nil && *vgs.Status.ReadyToUse
@@ -131,10 +134,15 @@ func TestGroupSnapshotLifecycle(t *testing.T) {
 
 	// A member cannot go while its group exists.
 	first := protocol.MemberSnapshotName(vgs.UID, handles[0])
+	looked := processed.After(t, snapshotQueue, f.key(first))
 	f.deleteSnapshot(t, first)
-	time.Sleep(time.Second)
-	if held := f.waitSnapshot(t, first, func(vs *snapshotv1.VolumeSnapshot) bool { return vs != nil }); !ready(held) {
-		t.Errorf("member deleted alone changed: %+v", held.Status)
+	var held *snapshotv1.VolumeSnapshot
+	looked.Until(t, "it saw the member being deleted", func(controller.Result) bool {
+		held = f.waitSnapshot(t, first, func(vs *snapshotv1.VolumeSnapshot) bool { return vs != nil })
+		return held.DeletionTimestamp != nil
+	})
+	if !ready(held) || !slices.Contains(held.Finalizers, protocol.SnapshotInGroupFinalizer) {
+		t.Errorf("member deleted alone changed: finalizers %v, status %+v", held.Finalizers, held.Status)
 	}
 	if _, err := f.client.SnapshotV1().VolumeSnapshotContents().Get(context.Background(), protocol.MemberContentName(vgs.UID, handles[0]), metav1.GetOptions{}); err != nil {
 		t.Errorf("member content went with a member deleted alone: %v", err)
@@ -143,18 +151,12 @@ func TestGroupSnapshotLifecycle(t *testing.T) {
 	if err := f.client.GroupsnapshotV1().VolumeGroupSnapshots(f.ns).Delete(context.Background(), "db", metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	f.waitGroup(t, "db", func(vgs *groupv1.VolumeGroupSnapshot) bool { return vgs == nil })
+	f.waitGroup(t, "db", groupAbsent)
 	for _, h := range handles {
-		f.waitSnapshot(t, protocol.MemberSnapshotName(vgs.UID, h), gone)
+		f.waitSnapshot(t, protocol.MemberSnapshotName(vgs.UID, h), absent)
 		f.waitContentGone(t, protocol.MemberContentName(vgs.UID, h))
 	}
-	err = wait.PollUntilContextTimeout(context.Background(), 50*time.Millisecond, 30*time.Second, true, func(ctx context.Context) (bool, error) {
-		_, err := f.client.GroupsnapshotV1().VolumeGroupSnapshotContents().Get(ctx, content.Name, metav1.GetOptions{})
-		return apierrors.IsNotFound(err), nil
-	})
-	if err != nil {
-		t.Fatalf("group content still there: %v", err)
-	}
+	f.waitGroupContentGone(t, content.Name)
 	if got := a.deletedHandles(); !slices.Equal(got, []string{"group-" + string(vgs.UID)}) {
 		t.Errorf("backend deletions %v, want the group snapshot once", got)
 	}
@@ -195,12 +197,18 @@ func TestGroupRetain(t *testing.T) {
 	vgs := f.waitGroup(t, f.groupSnapshot(t, "kept", labels).Name, groupReady)
 	member := protocol.MemberSnapshotName(vgs.UID, "vol-"+f.ns+"-a")
 	f.waitSnapshot(t, member, ready)
+	memberContent := processed.After(t, contentQueue, clusterKey(protocol.MemberContentName(vgs.UID, "vol-"+f.ns+"-a")))
+	groupContent := processed.After(t, groupContentQueue, clusterKey(protocol.GroupContentName(vgs.UID)))
 	if err := f.client.GroupsnapshotV1().VolumeGroupSnapshots(f.ns).Delete(context.Background(), vgs.Name, metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	f.waitGroup(t, vgs.Name, func(vgs *groupv1.VolumeGroupSnapshot) bool { return vgs == nil })
-	f.waitSnapshot(t, member, gone)
-	time.Sleep(time.Second)
+	f.waitGroup(t, vgs.Name, groupAbsent)
+	f.waitSnapshot(t, member, absent)
+	memberContent.Until(t, "its snapshot is gone", func(controller.Result) bool { return gone(f.getSnapshot(context.Background(), member)) })
+	groupContent.Until(t, "its group is gone", func(controller.Result) bool {
+		_, err := f.client.GroupsnapshotV1().VolumeGroupSnapshots(f.ns).Get(context.Background(), vgs.Name, metav1.GetOptions{})
+		return gone(err)
+	})
 	if _, err := f.client.SnapshotV1().VolumeSnapshotContents().Get(context.Background(), protocol.MemberContentName(vgs.UID, "vol-"+f.ns+"-a"), metav1.GetOptions{}); err != nil {
 		t.Errorf("retained member content: %v", err)
 	}

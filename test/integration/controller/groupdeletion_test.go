@@ -13,9 +13,9 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/wait"
 
-	groupv1 "github.com/shutter-csi/shutter/client/apis/volumegroupsnapshot/v1"
 	snapshotv1 "github.com/shutter-csi/shutter/client/apis/volumesnapshot/v1"
 	"github.com/shutter-csi/shutter/pkg/controller"
+	"github.com/shutter-csi/shutter/pkg/controller/controllertest"
 	"github.com/shutter-csi/shutter/pkg/protocol"
 )
 
@@ -59,11 +59,11 @@ func (r *groupRun) deleteMember(t *testing.T) {
 // With letGo it waits for the sync that has let the members go: every member left is being
 // deleted without the in-group finalizer, or the group is gone.
 func (r *groupRun) deleteGroup(t *testing.T, letGo bool) {
-	synced := processed.after(t, "volumegroupsnapshot", r.key())
+	synced := processed.After(t, groupQueue, r.key())
 	if err := r.f.client.GroupsnapshotV1().VolumeGroupSnapshots(r.f.ns).Delete(context.Background(), r.name, metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	synced.until(t, "the group let its members go", func() bool {
+	synced.Until(t, "the group let its members go", func(controller.Result) bool {
 		if !letGo {
 			return true
 		}
@@ -80,8 +80,8 @@ func (r *groupRun) deleteGroup(t *testing.T, letGo bool) {
 }
 
 // waitMembersCreated waits until the group's sync has created every member snapshot.
-func (r *groupRun) waitMembersCreated(t *testing.T, synced *processedWatch) {
-	synced.until(t, "the members exist", func() bool {
+func (r *groupRun) waitMembersCreated(t *testing.T, synced *controllertest.Watch) {
+	synced.Until(t, "the members exist", func(controller.Result) bool {
 		vgs, err := r.f.client.GroupsnapshotV1().VolumeGroupSnapshots(r.f.ns).Get(context.Background(), r.name, metav1.GetOptions{})
 		if err != nil {
 			return false
@@ -95,9 +95,9 @@ func (r *groupRun) waitMembersCreated(t *testing.T, synced *processedWatch) {
 // and checks that the backend group snapshot was deleted once and no member alone.
 func (r *groupRun) waitGone(t *testing.T, a *actor) {
 	t.Helper()
-	r.f.waitGroup(t, r.name, func(vgs *groupv1.VolumeGroupSnapshot) bool { return vgs == nil })
+	r.f.waitGroup(t, r.name, groupAbsent)
 	for i := range r.handles {
-		r.f.waitSnapshot(t, r.member(i), gone)
+		r.f.waitSnapshot(t, r.member(i), absent)
 		r.f.waitContentGone(t, protocol.MemberContentName(r.uid, r.handles[i]))
 	}
 	r.f.waitGroupContentGone(t, protocol.GroupContentName(r.uid))
@@ -141,9 +141,9 @@ func TestGroupDeletionOrders(t *testing.T) {
 		{name: "member then group", run: func(t *testing.T, r *groupRun, restarted bool) {
 			r.ready(t, labels)
 			r.graceOver(t)
-			kept := processed.after(t, "volumesnapshot", controller.Key{Namespace: f.ns, Name: r.member(0)})
+			kept := processed.After(t, snapshotQueue, controller.Key{Namespace: f.ns, Name: r.member(0)})
 			r.deleteMember(t)
-			kept.until(t, "the member deleted alone is kept", func() bool { return r.memberHeld(t) })
+			kept.Until(t, "the member deleted alone is kept", func(controller.Result) bool { return r.memberHeld(t) })
 			restart(t, restarted)
 			// The wedge: the sync that lets the member go must be over before the
 			// controller sees the member change that this sync made itself.
@@ -169,7 +169,7 @@ func TestGroupDeletionOrders(t *testing.T) {
 		}},
 		{name: "member while the group is created", run: func(t *testing.T, r *groupRun, restarted bool) {
 			gate.hold(t)
-			synced := processed.after(t, "volumegroupsnapshot", r.key())
+			synced := processed.After(t, groupQueue, r.key())
 			f.groupSnapshot(t, r.name, labels)
 			r.waitMembersCreated(t, synced)
 			r.deleteMember(t)
@@ -231,11 +231,8 @@ func (r *groupRun) memberHeld(t *testing.T) bool {
 
 func (f *fixture) waitGroupContentGone(t *testing.T, name string) {
 	t.Helper()
-	err := wait.PollUntilContextTimeout(context.Background(), 50*time.Millisecond, 30*time.Second, true, func(ctx context.Context) (bool, error) {
+	waitGone(t, "group content "+name, func(ctx context.Context) error {
 		_, err := f.client.GroupsnapshotV1().VolumeGroupSnapshotContents().Get(ctx, name, metav1.GetOptions{})
-		return apierrors.IsNotFound(err), nil
+		return err
 	})
-	if err != nil {
-		t.Fatalf("group content %s still there: %v", name, err)
-	}
 }

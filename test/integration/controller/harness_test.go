@@ -18,6 +18,7 @@ import (
 
 	clientset "github.com/shutter-csi/shutter/client/clientset/versioned"
 	"github.com/shutter-csi/shutter/pkg/controller"
+	"github.com/shutter-csi/shutter/pkg/controller/controllertest"
 	"github.com/shutter-csi/shutter/pkg/snapshot"
 )
 
@@ -28,7 +29,7 @@ import (
 var (
 	running   = &runningController{}
 	gate      = newWatchGate()
-	processed = &processedSignal{subs: map[*processedWatch]struct{}{}}
+	processed = controllertest.NewSignals()
 	failing   = &failOnce{}
 )
 
@@ -91,9 +92,9 @@ func (r *runningController) start(t *testing.T, admin *rest.Config) {
 	kubeInformers, snapInformers := snapshot.InformerFactories(clients)
 	broadcaster := record.NewBroadcaster()
 	broadcaster.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: clients.Kube.CoreV1().Events("")})
-	recorder := broadcaster.NewRecorder(snapshot.EventScheme(), corev1.EventSource{Component: "snapshot-controller"})
+	recorder := countingRecorder{broadcaster.NewRecorder(snapshot.EventScheme(), corev1.EventSource{Component: "snapshot-controller"}), writes}
 	c, err := snapshot.New(clients, kubeInformers, snapInformers, recorder, snapshot.Options{
-		Workers: 4, Retry: controller.Options{RetryStart: 100 * time.Millisecond, RetryMax: 2 * time.Second, Processed: processed.signal},
+		Workers: 4, Retry: controller.Options{RetryStart: 100 * time.Millisecond, RetryMax: 2 * time.Second, Processed: processed.Hook},
 		PreventVolumeModeConversion: true, StatusGrace: statusGrace,
 	})
 	if err != nil {
@@ -204,63 +205,6 @@ func (b *gatedBody) Read(p []byte) (int, error) {
 func (b *gatedBody) Close() error {
 	b.closeOnce.Do(func() { close(b.closed) })
 	return b.ReadCloser.Close()
-}
-
-// processedSignal passes the controller's "key processed" signals to the tests waiting for them.
-type processedSignal struct {
-	mu   sync.Mutex
-	subs map[*processedWatch]struct{}
-}
-
-type processedWatch struct {
-	queue string
-	key   controller.Key
-	ch    chan struct{}
-}
-
-func (p *processedSignal) signal(queue string, key any, _ error) {
-	k, _ := key.(controller.Key)
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	for w := range p.subs {
-		if w.queue == queue && w.key == k {
-			select {
-			case w.ch <- struct{}{}:
-			default: // one pending signal is as good as several
-			}
-		}
-	}
-}
-
-// after starts listening for syncs of key in queue; call it before the change they react to.
-func (p *processedSignal) after(t *testing.T, queue string, key controller.Key) *processedWatch {
-	w := &processedWatch{queue: queue, key: key, ch: make(chan struct{}, 1)}
-	p.mu.Lock()
-	p.subs[w] = struct{}{}
-	p.mu.Unlock()
-	t.Cleanup(func() {
-		p.mu.Lock()
-		delete(p.subs, w)
-		p.mu.Unlock()
-	})
-	return w
-}
-
-// until waits for a sync of the key after which done holds: the controller has looked, and the
-// API shows what that sync did.
-func (w *processedWatch) until(t *testing.T, what string, done func() bool) {
-	t.Helper()
-	deadline := time.After(30 * time.Second)
-	for {
-		select {
-		case <-w.ch:
-			if done() {
-				return
-			}
-		case <-deadline:
-			t.Fatalf("no sync of %s %s after which %s", w.queue, w.key, what)
-		}
-	}
 }
 
 func kubernetesFor(cfg *rest.Config) kubernetes.Interface { return kubernetes.NewForConfigOrDie(cfg) }

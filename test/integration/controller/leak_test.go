@@ -28,7 +28,7 @@ type orphanContent struct {
 
 var orphanKinds = map[string]orphanContent{
 	"content": {
-		queue: "volumesnapshotcontent",
+		queue: contentQueue,
 		create: func(t *testing.T, f *fixture, name, handle string, policy snapshotv1.DeletionPolicy) {
 			_, err := f.client.SnapshotV1().VolumeSnapshotContents().Create(context.Background(), &snapshotv1.VolumeSnapshotContent{
 				ObjectMeta: metav1.ObjectMeta{Name: name},
@@ -53,7 +53,7 @@ var orphanKinds = map[string]orphanContent{
 		},
 	},
 	"group content": {
-		queue: "volumegroupsnapshotcontent",
+		queue: groupContentQueue,
 		create: func(t *testing.T, f *fixture, name, handle string, policy snapshotv1.DeletionPolicy) {
 			_, err := f.client.GroupsnapshotV1().VolumeGroupSnapshotContents().Create(context.Background(), &groupv1.VolumeGroupSnapshotContent{
 				ObjectMeta: metav1.ObjectMeta{Name: name},
@@ -99,10 +99,10 @@ func TestOrphanContentBackendDeleted(t *testing.T) {
 			t.Run(kindName+"/"+tc.name, func(t *testing.T) {
 				name := "orphan-" + string(uuid.NewUUID())
 				handle := "backend-" + name
-				looked := processed.after(t, kind.queue, controller.Key{Name: name})
+				looked := processed.After(t, kind.queue, controller.Key{Name: name})
 				kind.create(t, f, name, handle, tc.policy)
 				if tc.policy == snapshotv1.VolumeSnapshotContentRetain {
-					looked.until(t, "the Retain content was looked at", func() bool { return true })
+					looked.Until(t, "the Retain content was looked at", func(controller.Result) bool { return true })
 					if _, err := kind.get(f, name); err != nil {
 						t.Fatalf("a Retain content went: %v", err)
 					}
@@ -111,7 +111,7 @@ func TestOrphanContentBackendDeleted(t *testing.T) {
 					}
 					kind.policy(t, f, name, snapshotv1.VolumeSnapshotContentDelete)
 				}
-				looked.until(t, "the content is gone", func() bool {
+				looked.Until(t, "the content is gone", func(controller.Result) bool {
 					_, err := kind.get(f, name)
 					return apierrors.IsNotFound(err)
 				})

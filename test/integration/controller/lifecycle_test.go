@@ -8,11 +8,11 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
 
 	snapshotv1 "github.com/shutter-csi/shutter/client/apis/volumesnapshot/v1"
+	"github.com/shutter-csi/shutter/pkg/controller"
 	"github.com/shutter-csi/shutter/pkg/protocol"
 )
 
@@ -20,23 +20,12 @@ func ready(vs *snapshotv1.VolumeSnapshot) bool {
 	return vs != nil && vs.Status != nil && vs.Status.ReadyToUse != nil && *vs.Status.ReadyToUse
 }
 
-func gone(vs *snapshotv1.VolumeSnapshot) bool { return vs == nil }
+func absent(vs *snapshotv1.VolumeSnapshot) bool { return vs == nil }
 
 func errorContains(substr string) func(*snapshotv1.VolumeSnapshot) bool {
 	return func(vs *snapshotv1.VolumeSnapshot) bool {
 		return vs != nil && vs.Status != nil && vs.Status.Error != nil && vs.Status.Error.Message != nil &&
 			strings.Contains(*vs.Status.Error.Message, substr)
-	}
-}
-
-func (f *fixture) waitContentGone(t *testing.T, name string) {
-	t.Helper()
-	err := wait.PollUntilContextTimeout(context.Background(), 50*time.Millisecond, 30*time.Second, true, func(ctx context.Context) (bool, error) {
-		_, err := f.client.SnapshotV1().VolumeSnapshotContents().Get(ctx, name, metav1.GetOptions{})
-		return apierrors.IsNotFound(err), nil
-	})
-	if err != nil {
-		t.Fatalf("content %s still there: %v", name, err)
 	}
 }
 
@@ -51,16 +40,30 @@ func TestDynamicSnapshotLifecycle(t *testing.T) {
 	})
 	a := startActor(t, f.client, driver)
 	f.volume(t, "data", driver)
-	time.Sleep(time.Second) // let the informers settle, so the counts are this snapshot's alone
 
-	before := writes.snapshot()
+	// Only the requests about this test's objects count: other tests' clean-up may still be
+	// under way.
+	var contentName string
+	mine := func(namespace, name string) bool {
+		return namespace == f.ns || name == contentName && contentName != ""
+	}
+	mark := writes.mark()
 	vs := f.snapshot(t, "snap", snapshotv1.VolumeSnapshotSource{PersistentVolumeClaimName: ptr("data")}, "")
+	contentName = protocol.ContentName(vs.UID)
+	contentSynced := processed.After(t, contentQueue, clusterKey(contentName))
+	snapshotSynced := processed.After(t, snapshotQueue, f.key(vs.Name))
 	vs = f.waitSnapshot(t, vs.Name, ready)
-	pvc := f.waitClaim(t, "data", func(pvc *corev1.PersistentVolumeClaim) bool {
-		return !slices.Contains(pvc.Finalizers, protocol.PVCAsSourceFinalizer)
+	// The syncs that saw the end state have made every write of this snapshot's creation.
+	snapshotSynced.Until(t, "the snapshot is ready and the claim released", func(controller.Result) bool {
+		vs, err := f.client.SnapshotV1().VolumeSnapshots(f.ns).Get(context.Background(), vs.Name, metav1.GetOptions{})
+		pvc, perr := f.kube.CoreV1().PersistentVolumeClaims(f.ns).Get(context.Background(), "data", metav1.GetOptions{})
+		return err == nil && perr == nil && ready(vs) && !slices.Contains(pvc.Finalizers, protocol.PVCAsSourceFinalizer)
 	})
-	time.Sleep(500 * time.Millisecond) // events are sent asynchronously
-	created, total := writes.since(before)
+	contentSynced.Until(t, "the sidecar's report is in", func(controller.Result) bool {
+		c, err := f.client.SnapshotV1().VolumeSnapshotContents().Get(context.Background(), contentName, metav1.GetOptions{})
+		return err == nil && c.Annotations[protocol.AnnBeingCreated] == "" && c.Status != nil && c.Status.ReadyToUse != nil && *c.Status.ReadyToUse
+	})
+	created, total := writes.since(mark, mine)
 	t.Logf("controller requests, create -> ready: %d (%s)", total, format(created))
 	if gets := getsIn(created); gets != 0 {
 		t.Errorf("controller made %d single-object GETs for one snapshot; it reads from its caches only", gets)
@@ -99,15 +102,12 @@ func TestDynamicSnapshotLifecycle(t *testing.T) {
 	if st := vs.Status; *st.BoundVolumeSnapshotContentName != content.Name || st.RestoreSize.String() != "1Gi" || st.CreationTime == nil || st.Error != nil {
 		t.Errorf("snapshot status %+v", st)
 	}
-	_ = pvc
 
-	before = writes.snapshot()
-	if err := f.client.SnapshotV1().VolumeSnapshots(f.ns).Delete(context.Background(), vs.Name, metav1.DeleteOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	f.waitSnapshot(t, vs.Name, gone)
+	mark = writes.mark()
+	f.deleteSnapshot(t, vs.Name)
+	f.waitSnapshot(t, vs.Name, absent)
 	f.waitContentGone(t, content.Name)
-	deleted, total := writes.since(before)
+	deleted, total := writes.since(mark, mine)
 	t.Logf("controller requests, delete -> gone: %d (%s)", total, format(deleted))
 	// One live GET confirms that the snapshot of a content is really gone before its content is
 	// released; it is allowed here but not counted as a write.
@@ -134,11 +134,9 @@ func TestRetainKeepsContent(t *testing.T) {
 	if slices.Contains(vs.Finalizers, protocol.SnapshotBoundFinalizer) {
 		t.Errorf("a Retain snapshot has the bound finalizer: %v", vs.Finalizers)
 	}
-	if err := f.client.SnapshotV1().VolumeSnapshots(f.ns).Delete(context.Background(), vs.Name, metav1.DeleteOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	f.waitSnapshot(t, vs.Name, gone)
-	time.Sleep(time.Second)
+	looked := processed.After(t, contentQueue, clusterKey(protocol.ContentName(vs.UID)))
+	f.deleteSnapshot(t, vs.Name)
+	looked.Until(t, "its snapshot is gone", func(controller.Result) bool { return gone(f.getSnapshot(context.Background(), vs.Name)) })
 	content, err := f.client.SnapshotV1().VolumeSnapshotContents().Get(context.Background(), protocol.ContentName(vs.UID), metav1.GetOptions{})
 	if err != nil {
 		t.Fatalf("retained content: %v", err)
@@ -179,9 +177,7 @@ func TestPreProvisionedBinding(t *testing.T) {
 	if content.Spec.VolumeSnapshotRef.UID != vs.UID || !slices.Contains(content.Finalizers, protocol.ContentBoundFinalizer) {
 		t.Errorf("content not bound: ref %+v finalizers %v", content.Spec.VolumeSnapshotRef, content.Finalizers)
 	}
-	if err := f.client.SnapshotV1().VolumeSnapshots(f.ns).Delete(context.Background(), vs.Name, metav1.DeleteOptions{}); err != nil {
-		t.Fatal(err)
-	}
+	f.deleteSnapshot(t, vs.Name)
 	f.waitContentGone(t, contentName)
 }
 
@@ -254,16 +250,18 @@ func TestNoDeletionWhileBeingCreated(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := f.client.SnapshotV1().VolumeSnapshots(f.ns).Delete(context.Background(), vs.Name, metav1.DeleteOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	time.Sleep(2 * time.Second)
+	waiting := processed.After(t, snapshotQueue, f.key(vs.Name))
+	f.deleteSnapshot(t, vs.Name)
+	waiting.Until(t, "the deletion waits for the content being created", func(r controller.Result) bool {
+		wait, ok := controller.AsRequeue(r.Err)
+		return ok && wait.Reason == "content is still being created"
+	})
 	c, err := f.client.SnapshotV1().VolumeSnapshotContents().Get(context.Background(), name, metav1.GetOptions{})
 	if err != nil || c.DeletionTimestamp != nil {
 		t.Fatalf("content deleted while being created: %v %+v", err, c)
 	}
 	a.setHold(false)
-	f.waitSnapshot(t, vs.Name, gone)
+	f.waitSnapshot(t, vs.Name, absent)
 	f.waitContentGone(t, name)
 	if len(a.deletedHandles()) != 1 {
 		t.Errorf("backend snapshots deleted: %v", a.deletedHandles())

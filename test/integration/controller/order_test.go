@@ -4,15 +4,13 @@ import (
 	"context"
 	"slices"
 	"testing"
-	"time"
 
 	corev1 "k8s.io/api/core/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/util/wait"
 
 	snapshotv1 "github.com/shutter-csi/shutter/client/apis/volumesnapshot/v1"
+	"github.com/shutter-csi/shutter/pkg/controller"
 	"github.com/shutter-csi/shutter/pkg/protocol"
 )
 
@@ -25,13 +23,10 @@ func (f *fixture) deleteSnapshot(t *testing.T, name string) {
 
 func (f *fixture) waitClaimGone(t *testing.T, name string) {
 	t.Helper()
-	err := wait.PollUntilContextTimeout(context.Background(), 50*time.Millisecond, 30*time.Second, true, func(ctx context.Context) (bool, error) {
+	waitGone(t, "claim "+name, func(ctx context.Context) error {
 		_, err := f.kube.CoreV1().PersistentVolumeClaims(f.ns).Get(ctx, name, metav1.GetOptions{})
-		return apierrors.IsNotFound(err), nil
+		return err
 	})
-	if err != nil {
-		t.Fatalf("claim %s still there: %v", name, err)
-	}
 }
 
 // TestClaimDeletedWhileSnapshotIsTaken deletes the source claim while the backend is still
@@ -48,11 +43,20 @@ func TestClaimDeletedWhileSnapshotIsTaken(t *testing.T) {
 	f.waitClaim(t, "data", func(pvc *corev1.PersistentVolumeClaim) bool {
 		return slices.Contains(pvc.Finalizers, protocol.PVCAsSourceFinalizer)
 	})
+	looked := processed.After(t, snapshotQueue, f.key(vs.Name))
 	if err := f.kube.CoreV1().PersistentVolumeClaims(f.ns).Delete(context.Background(), "data", metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	time.Sleep(time.Second)
-	f.waitClaim(t, "data", func(pvc *corev1.PersistentVolumeClaim) bool { return pvc.DeletionTimestamp != nil })
+	looked.Until(t, "it saw the claim being deleted", func(controller.Result) bool {
+		pvc, err := f.kube.CoreV1().PersistentVolumeClaims(f.ns).Get(context.Background(), "data", metav1.GetOptions{})
+		if err != nil {
+			t.Fatalf("claim went while its snapshot is being taken: %v", err)
+		}
+		return pvc.DeletionTimestamp != nil
+	})
+	f.waitClaim(t, "data", func(pvc *corev1.PersistentVolumeClaim) bool {
+		return pvc.DeletionTimestamp != nil && slices.Contains(pvc.Finalizers, protocol.PVCAsSourceFinalizer)
+	})
 	a.setHold(false)
 	f.waitSnapshot(t, vs.Name, ready)
 	f.waitClaimGone(t, "data")
@@ -69,18 +73,23 @@ func TestContentDeletedFirst(t *testing.T) {
 	f.volume(t, "data", driver)
 	vs := f.waitSnapshot(t, f.snapshot(t, "snap", snapshotv1.VolumeSnapshotSource{PersistentVolumeClaimName: ptr("data")}, "").Name, ready)
 	content := *vs.Status.BoundVolumeSnapshotContentName
+	looked := processed.After(t, contentQueue, clusterKey(content))
 	if err := f.client.SnapshotV1().VolumeSnapshotContents().Delete(context.Background(), content, metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	time.Sleep(time.Second)
-	if len(a.deletedHandles()) != 0 {
-		t.Fatalf("backend snapshot deleted while its VolumeSnapshot exists: %v", a.deletedHandles())
-	}
-	if _, err := f.client.SnapshotV1().VolumeSnapshotContents().Get(context.Background(), content, metav1.GetOptions{}); err != nil {
-		t.Fatalf("content of a live snapshot went away: %v", err)
+	var c *snapshotv1.VolumeSnapshotContent
+	looked.Until(t, "it saw the content being deleted", func(controller.Result) bool {
+		var err error
+		if c, err = f.client.SnapshotV1().VolumeSnapshotContents().Get(context.Background(), content, metav1.GetOptions{}); err != nil {
+			t.Fatalf("content of a live snapshot went away: %v", err)
+		}
+		return c.DeletionTimestamp != nil
+	})
+	if c.Annotations[protocol.AnnBeingDeleted] != "" || len(a.deletedHandles()) != 0 {
+		t.Fatalf("content of a live snapshot handed to the sidecar (annotations %v, backend deletions %v)", c.Annotations, a.deletedHandles())
 	}
 	f.deleteSnapshot(t, vs.Name)
-	f.waitSnapshot(t, vs.Name, gone)
+	f.waitSnapshot(t, vs.Name, absent)
 	f.waitContentGone(t, content)
 	if len(a.deletedHandles()) != 1 {
 		t.Errorf("backend snapshots deleted: %v", a.deletedHandles())
@@ -101,7 +110,7 @@ func TestClassDeletedFirst(t *testing.T) {
 		t.Fatal(err)
 	}
 	f.deleteSnapshot(t, vs.Name)
-	f.waitSnapshot(t, vs.Name, gone)
+	f.waitSnapshot(t, vs.Name, absent)
 	f.waitContentGone(t, *vs.Status.BoundVolumeSnapshotContentName)
 }
 
@@ -122,13 +131,10 @@ func TestNamespaceDeletion(t *testing.T) {
 	if err := f.kube.CoreV1().Namespaces().Delete(context.Background(), f.ns, metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	err := wait.PollUntilContextTimeout(context.Background(), 100*time.Millisecond, 60*time.Second, true, func(ctx context.Context) (bool, error) {
+	waitGone(t, "namespace "+f.ns, func(ctx context.Context) error {
 		_, err := f.kube.CoreV1().Namespaces().Get(ctx, f.ns, metav1.GetOptions{})
-		return apierrors.IsNotFound(err), nil
+		return err
 	})
-	if err != nil {
-		t.Fatalf("namespace %s not deleted: %v", f.ns, err)
-	}
 	for _, c := range contents {
 		f.waitContentGone(t, c)
 	}
@@ -160,14 +166,18 @@ func TestRestoreKeepsSnapshot(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	looked := processed.After(t, snapshotQueue, f.key(vs.Name))
 	f.deleteSnapshot(t, vs.Name)
-	time.Sleep(2 * time.Second)
-	held := f.waitSnapshot(t, vs.Name, func(vs *snapshotv1.VolumeSnapshot) bool { return vs != nil })
+	var held *snapshotv1.VolumeSnapshot
+	looked.Until(t, "it saw the snapshot being deleted", func(controller.Result) bool {
+		held = f.waitSnapshot(t, vs.Name, func(vs *snapshotv1.VolumeSnapshot) bool { return vs != nil })
+		return held.DeletionTimestamp != nil
+	})
 	if !slices.Contains(held.Finalizers, protocol.SnapshotAsSourceFinalizer) {
 		t.Fatalf("snapshot lost its as-source finalizer while a claim restores from it: %v", held.Finalizers)
 	}
 	if err := f.kube.CoreV1().PersistentVolumeClaims(f.ns).Delete(context.Background(), "restored", metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	f.waitSnapshot(t, vs.Name, gone)
+	f.waitSnapshot(t, vs.Name, absent)
 }

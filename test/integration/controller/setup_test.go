@@ -5,16 +5,13 @@ package controller
 import (
 	"context"
 	"flag"
-	"fmt"
-	"net/http"
 	"os"
-	"sort"
-	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
@@ -23,6 +20,7 @@ import (
 
 	snapshotv1 "github.com/shutter-csi/shutter/client/apis/volumesnapshot/v1"
 	clientset "github.com/shutter-csi/shutter/client/clientset/versioned"
+	"github.com/shutter-csi/shutter/pkg/controller"
 	"github.com/shutter-csi/shutter/test/testenv"
 )
 
@@ -33,110 +31,9 @@ func TestMain(m *testing.M) {
 	testenv.Main(m)
 }
 
-// writeCounter counts the API writes made through a client, by "VERB resource[/subresource]".
-type writeCounter struct {
-	mu     sync.Mutex
-	counts map[string]int
-}
-
-func (w *writeCounter) wrap(rt http.RoundTripper) http.RoundTripper {
-	return roundTripFunc(func(req *http.Request) (*http.Response, error) {
-		resp, err := rt.RoundTrip(req)
-		if req.Method == http.MethodGet && namedObject(req.URL.Path) && req.URL.Query().Get("watch") == "" {
-			w.mu.Lock()
-			w.counts["GET "+resourceOf(req.URL.Path)]++
-			w.mu.Unlock()
-		}
-		if req.Method != http.MethodGet {
-			key := req.Method + " " + resourceOf(req.URL.Path)
-			if err != nil || resp.StatusCode >= 300 {
-				key += fmt.Sprintf(" (failed %d)", statusOf(resp))
-			}
-			w.mu.Lock()
-			w.counts[key]++
-			w.mu.Unlock()
-		}
-		return resp, err
-	})
-}
-
-func (w *writeCounter) snapshot() map[string]int {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	out := map[string]int{}
-	for k, v := range w.counts {
-		out[k] = v
-	}
-	return out
-}
-
-// since returns the writes made after before, and their total.
-func (w *writeCounter) since(before map[string]int) (map[string]int, int) {
-	diff, total := map[string]int{}, 0
-	for k, v := range w.snapshot() {
-		if d := v - before[k]; d > 0 {
-			diff[k] = d
-			total += d
-		}
-	}
-	return diff, total
-}
-
-type roundTripFunc func(*http.Request) (*http.Response, error)
-
-func (f roundTripFunc) RoundTrip(r *http.Request) (*http.Response, error) { return f(r) }
-
-// namedObject tells whether path names one object (a single-object GET), not a collection.
-func namedObject(path string) bool {
-	parts := strings.Split(strings.Trim(path, "/"), "/")
-	if len(parts) > 0 && parts[0] == "api" {
-		parts = parts[2:]
-	} else if len(parts) > 2 {
-		parts = parts[3:]
-	}
-	if len(parts) >= 2 && parts[0] == "namespaces" && len(parts) > 2 {
-		parts = parts[2:]
-	}
-	return len(parts) >= 2
-}
-
-// resourceOf turns /apis/g/v/namespaces/ns/res/name/sub into "res/sub".
-func resourceOf(path string) string {
-	parts := strings.Split(strings.Trim(path, "/"), "/")
-	if len(parts) > 0 && parts[0] == "api" {
-		parts = parts[2:]
-	} else if len(parts) > 2 {
-		parts = parts[3:]
-	}
-	if len(parts) >= 2 && parts[0] == "namespaces" {
-		parts = parts[2:]
-	}
-	switch len(parts) {
-	case 0:
-		return ""
-	case 1, 2:
-		return parts[0]
-	default:
-		return parts[0] + "/" + parts[2]
-	}
-}
-
-func format(counts map[string]int) string {
-	var keys []string
-	for k := range counts {
-		keys = append(keys, k)
-	}
-	sort.Strings(keys)
-	var b strings.Builder
-	for _, k := range keys {
-		fmt.Fprintf(&b, "%s=%d ", k, counts[k])
-	}
-	return strings.TrimSpace(b.String())
-}
-
 var (
 	controllerOnce sync.Once
-	writes         = &writeCounter{counts: map[string]int{}}
+	writes         = &writeCounter{}
 )
 
 // fixture is what a test needs: admin clients, and the controller running for the package.
@@ -253,11 +150,47 @@ func (f *fixture) waitSnapshot(t *testing.T, name string, ok func(*snapshotv1.Vo
 	return got
 }
 
-func ptr[T any](v T) *T { return &v }
-
-func statusOf(resp *http.Response) int {
-	if resp == nil {
-		return 0
+// waitGone waits until get answers NotFound for the object named in what.
+func waitGone(t *testing.T, what string, get func(ctx context.Context) error) {
+	t.Helper()
+	err := wait.PollUntilContextTimeout(context.Background(), 50*time.Millisecond, 60*time.Second, true, func(ctx context.Context) (bool, error) {
+		return apierrors.IsNotFound(get(ctx)), nil
+	})
+	if err != nil {
+		t.Fatalf("%s still there: %v", what, err)
 	}
-	return resp.StatusCode
 }
+
+func (f *fixture) getContent(ctx context.Context, name string) error {
+	_, err := f.client.SnapshotV1().VolumeSnapshotContents().Get(ctx, name, metav1.GetOptions{})
+	return err
+}
+
+func (f *fixture) getSnapshot(ctx context.Context, name string) error {
+	_, err := f.client.SnapshotV1().VolumeSnapshots(f.ns).Get(ctx, name, metav1.GetOptions{})
+	return err
+}
+
+func (f *fixture) waitContentGone(t *testing.T, name string) {
+	t.Helper()
+	waitGone(t, "content "+name, func(ctx context.Context) error { return f.getContent(ctx, name) })
+}
+
+// gone tells whether the answer of a get says that the object is gone.
+func gone(err error) bool { return apierrors.IsNotFound(err) }
+
+// Queues of the snapshot-controller, as its processed signal names them.
+const (
+	snapshotQueue     = "volumesnapshot"
+	contentQueue      = "volumesnapshotcontent"
+	groupQueue        = "volumegroupsnapshot"
+	groupContentQueue = "volumegroupsnapshotcontent"
+)
+
+// clusterKey is the queue key of a cluster-scoped object.
+func clusterKey(name string) controller.Key { return controller.Key{Name: name} }
+
+// key is the queue key of an object in the fixture's namespace.
+func (f *fixture) key(name string) controller.Key { return controller.Key{Namespace: f.ns, Name: name} }
+
+func ptr[T any](v T) *T { return &v }
