@@ -23,6 +23,8 @@ import (
 	"k8s.io/klog/v2/ktesting"
 
 	clientset "github.com/shutter-csi/shutter/client/clientset/versioned"
+	"github.com/shutter-csi/shutter/pkg/controller"
+	"github.com/shutter-csi/shutter/pkg/controller/controllertest"
 	"github.com/shutter-csi/shutter/pkg/hostpath"
 	"github.com/shutter-csi/shutter/pkg/sidecar"
 	"github.com/shutter-csi/shutter/test/testenv"
@@ -40,6 +42,7 @@ type harness struct {
 	client     clientset.Interface
 	writes     *writeCounter
 	proxy      *proxy
+	processed  *controllertest.Signals // the sidecar's queues' processed signals
 
 	stopDriver func()
 	backend    *grpc.ClientConn // straight to the driver, as the test's own CSI client
@@ -55,7 +58,8 @@ func newHarness(t *testing.T, timeout time.Duration) *harness {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = os.RemoveAll(dir) })
-	h := &harness{driverName: fmt.Sprintf("it-%s.csi.shutter.dev", rand.String(6)), dir: dir, writes: newWriteCounter()}
+	h := &harness{driverName: fmt.Sprintf("it-%s.csi.shutter.dev", rand.String(6)), dir: dir, writes: newWriteCounter(),
+		processed: controllertest.NewSignals()}
 	h.kube = kubernetes.NewForConfigOrDie(env.Config)
 	h.client = clientset.NewForConfigOrDie(env.Config)
 	h.startDriver(t)
@@ -66,7 +70,8 @@ func newHarness(t *testing.T, timeout time.Duration) *harness {
 	opts := sidecar.DefaultOptions()
 	opts.CSIAddress, opts.Timeout, opts.Config = h.socket("proxy"), timeout, cfg
 	opts.RetryIntervalStart, opts.RetryIntervalMax, opts.Workers, opts.ResyncPeriod = 100*time.Millisecond, time.Second, 2, time.Minute
-	ctx, cancel := context.WithCancel(klog.NewContext(context.Background(), ktesting.NewLogger(t, ktesting.NewConfig(ktesting.Verbosity(2)))))
+	ctx := klog.NewContext(context.Background(), ktesting.NewLogger(t, ktesting.NewConfig(ktesting.Verbosity(2))))
+	ctx, cancel := context.WithCancel(controller.WithProcessed(ctx, h.processed.Hook))
 	done := make(chan error, 1)
 	go func() { done <- sidecar.Run(ctx, opts) }()
 	t.Cleanup(func() {
@@ -77,6 +82,9 @@ func newHarness(t *testing.T, timeout time.Duration) *harness {
 	})
 	return h
 }
+
+// contentQueue is the name of the sidecar's queue of VolumeSnapshotContents.
+const contentQueue = "volumesnapshotcontents"
 
 func (h *harness) socket(name string) string { return filepath.Join(h.dir, name+".sock") }
 

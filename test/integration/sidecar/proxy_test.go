@@ -7,7 +7,6 @@ import (
 	"os"
 	"sync"
 	"testing"
-	"time"
 
 	"github.com/container-storage-interface/spec/lib/go/csi"
 	"google.golang.org/grpc"
@@ -26,8 +25,8 @@ type proxy struct {
 	group csi.GroupControllerClient
 
 	mu      sync.Mutex
-	delays  []time.Duration // for the next CreateSnapshot answers, in order
-	hold    chan struct{}   // when set, CreateSnapshot answers only once it is closed
+	late    int           // so many of the next CreateSnapshot calls answer only once the caller gave up
+	hold    chan struct{} // when set, CreateSnapshot answers only once it is closed
 	secrets map[string]map[string]string
 	creates int
 
@@ -69,10 +68,12 @@ func (p *proxy) restart(t *testing.T, path string, between func()) {
 	p.serve(t, path)
 }
 
-func (p *proxy) delayNext(d ...time.Duration) {
+// answerLate makes the next n CreateSnapshot calls time out: the driver does the work, and the
+// answer waits until the caller has given up.
+func (p *proxy) answerLate(n int) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	p.delays = append(p.delays, d...)
+	p.late += n
 }
 
 func (p *proxy) secretsOf(method string) map[string]string {
@@ -107,14 +108,18 @@ func (p *proxy) CreateSnapshot(ctx context.Context, r *csi.CreateSnapshotRequest
 	p.record("CreateSnapshot", r.GetSecrets())
 	p.mu.Lock()
 	p.creates++
-	var delay time.Duration
-	if len(p.delays) > 0 {
-		delay, p.delays = p.delays[0], p.delays[1:]
+	late := p.late > 0
+	if late {
+		p.late--
 	}
 	hold := p.hold
 	p.mu.Unlock()
 	// The driver does the work with a context of its own: the caller's may expire first.
 	resp, err := p.ctrl.CreateSnapshot(context.WithoutCancel(ctx), r)
+	if late {
+		<-ctx.Done()
+		return nil, ctx.Err()
+	}
 	if hold != nil {
 		select {
 		case <-hold:
@@ -122,7 +127,6 @@ func (p *proxy) CreateSnapshot(ctx context.Context, r *csi.CreateSnapshotRequest
 			return nil, ctx.Err()
 		}
 	}
-	time.Sleep(delay)
 	return resp, err
 }
 

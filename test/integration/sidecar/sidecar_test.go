@@ -16,6 +16,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	snapshotv1 "github.com/shutter-csi/shutter/client/apis/volumesnapshot/v1"
+	"github.com/shutter-csi/shutter/pkg/controller"
 	"github.com/shutter-csi/shutter/pkg/protocol"
 	"github.com/shutter-csi/shutter/test/testenv"
 )
@@ -91,6 +92,19 @@ func (h *harness) waitContent(t *testing.T, name, what string, cond func(*snapsh
 	return last
 }
 
+// getContent reads the content; nil once it is gone.
+func (h *harness) getContent(t *testing.T, name string) *snapshotv1.VolumeSnapshotContent {
+	t.Helper()
+	c, err := h.client.SnapshotV1().VolumeSnapshotContents().Get(t.Context(), name, metav1.GetOptions{})
+	if apierrors.IsNotFound(err) {
+		return nil
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
 func ready(c *snapshotv1.VolumeSnapshotContent) bool {
 	return c != nil && c.Status != nil && ptr.Deref(c.Status.ReadyToUse, false) && c.Annotations[protocol.AnnBeingCreated] == ""
 }
@@ -105,10 +119,7 @@ func (h *harness) markDeleted(t *testing.T, name string, secret *types.Namespace
 	if secret != nil {
 		ann[protocol.AnnDeletionSecretName], ann[protocol.AnnDeletionSecretNamespace] = secret.Name, secret.Namespace
 	}
-	c, err := h.client.SnapshotV1().VolumeSnapshotContents().Get(t.Context(), name, metav1.GetOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	c := h.getContent(t, name)
 	for k, v := range ann {
 		metav1.SetMetaDataAnnotation(&c.ObjectMeta, k, v)
 	}
@@ -144,6 +155,7 @@ func TestDynamicWithSecrets(t *testing.T) {
 	c := h.createContent(t, snapshotv1.VolumeSnapshotContentSource{VolumeHandle: &vol}, func(c *snapshotv1.VolumeSnapshotContent) {
 		c.Spec.VolumeSnapshotClassName = &class
 	})
+	synced := h.processed.After(t, contentQueue, controller.Key{Name: c.Name})
 	c = h.waitContent(t, c.Name, "ready", ready)
 	snaps := h.backendSnapshots(t, vol)
 	if len(snaps) != 1 || snaps[0].GetSnapshotId() != *c.Status.SnapshotHandle || *c.Status.RestoreSize != snaps[0].GetSizeBytes() || c.Status.CreationTime == nil {
@@ -152,7 +164,11 @@ func TestDynamicWithSecrets(t *testing.T) {
 	if got := h.proxy.secretsOf("CreateSnapshot")["token"]; got != ns+"/snap-creds" {
 		t.Errorf("CreateSnapshot got secret %q", got)
 	}
-	time.Sleep(300 * time.Millisecond) // let any stray write show
+	// A successful sync of the ready content leaves nothing to do: no requeue, and the
+	// sidecar's own writes bring no event back.
+	synced.Until(t, "it ended with the content ready", func(r controller.Result) bool {
+		return r.Outcome == controller.OutcomeSuccess && ready(h.getContent(t, c.Name))
+	})
 	created := h.writes.take(c.Name)
 	t.Logf("sidecar writes to create a snapshot: %d %v", len(created), created)
 	if want := []string{"PATCH ", "PATCH status", "PATCH "}; !slices.Equal(created, want) {
@@ -240,7 +256,7 @@ func TestPreProvisioned(t *testing.T) {
 func TestTimeoutThenSuccess(t *testing.T) {
 	t.Parallel()
 	h := newHarness(t, 500*time.Millisecond)
-	h.proxy.delayNext(2*time.Second, 2*time.Second)
+	h.proxy.answerLate(2)
 	vol := h.createVolume(t, "vol-slow")
 	c := h.createContent(t, snapshotv1.VolumeSnapshotContentSource{VolumeHandle: &vol})
 	h.waitContent(t, c.Name, "marked being-created", func(c *snapshotv1.VolumeSnapshotContent) bool {
@@ -260,7 +276,7 @@ func TestTimeoutThenSuccess(t *testing.T) {
 	t.Logf("sidecar writes with two timeouts: %v", h.writes.take(c.Name))
 
 	// Deleting while being-created is set waits for the create to finish: nothing leaks.
-	h.proxy.delayNext(2 * time.Second)
+	h.proxy.answerLate(1)
 	vol2 := h.createVolume(t, "vol-slow-2")
 	c2 := h.createContent(t, snapshotv1.VolumeSnapshotContentSource{VolumeHandle: &vol2})
 	h.waitContent(t, c2.Name, "marked being-created", func(c *snapshotv1.VolumeSnapshotContent) bool {
