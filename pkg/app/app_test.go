@@ -37,11 +37,11 @@ func TestServeHTTP(t *testing.T) {
 
 	get := func(path string) (int, string) {
 		var resp *http.Response
-		for range 50 {
-			if resp, err = http.Get("http://" + addr + path); err == nil {
+		// Poll until the server listens, with a deadline.
+		for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+			if resp, err = http.Get("http://" + addr + path); err == nil || time.Now().After(deadline) {
 				break
 			}
-			time.Sleep(20 * time.Millisecond)
 		}
 		if err != nil {
 			t.Fatalf("GET %s: %v", path, err)

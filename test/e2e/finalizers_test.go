@@ -3,7 +3,6 @@ package e2e
 import (
 	"context"
 	"testing"
-	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -36,16 +35,17 @@ func TestDeletionOrders(t *testing.T) {
 				StorageClass: "e2e-nobody-provisions", FromSnapshot: "snap"}
 			f.pendingClaim(t, pending)
 			snaps := f.s.Snapshots.SnapshotV1().VolumeSnapshots(f.ns)
+			snapshot := watchHistory(t, snaps.Watch, "snap")
+			claim := watchHistory(t, f.s.Kube.CoreV1().PersistentVolumeClaims(f.ns).Watch, pending.Name)
 			if err := snaps.Delete(context.Background(), "snap", metav1.DeleteOptions{}); err != nil {
 				t.Fatal(err)
 			}
-			time.Sleep(2 * time.Second)
-			vs, err := snaps.Get(context.Background(), "snap", metav1.GetOptions{})
-			if err != nil || !hasFinalizer(vs.Finalizers, protocol.SnapshotAsSourceFinalizer) {
-				t.Fatalf("snapshot being restored from: %v, finalizers %v; want it kept", err, vs.GetFinalizers())
-			}
 			f.deleteClaim(t, pending)
 			f.waitSnapshotGone(t)
+			// The snapshot was kept while the claim was restored from it: it let go of its
+			// as-source finalizer only after the claim's deletion began.
+			checkAfter(t, "the snapshot's release", snapshot.first(t, "the snapshot is released", released(protocol.SnapshotAsSourceFinalizer)),
+				"the deletion of the claim restored from it", claim.first(t, "the claim is being deleted", deleting))
 			f.deleteClaim(t, f.source.claim)
 		}},
 		{"namespace", func(t *testing.T, f *fixture) {

@@ -65,18 +65,20 @@ func TestGroupSnapshot(t *testing.T) {
 	checkOneSnapshotPerVolume(t, s, volumes)
 
 	first := protocol.MemberSnapshotName(vgs.UID, volumes[firstKey(volumes)].id)
+	member := watchHistory(t, s.Snapshots.SnapshotV1().VolumeSnapshots(ns).Watch, first)
+	group := watchHistory(t, groups.Watch, "db")
 	if err := s.Snapshots.SnapshotV1().VolumeSnapshots(ns).Delete(context.Background(), first, metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
-	}
-	time.Sleep(2 * time.Second)
-	if vs, err := s.Snapshots.SnapshotV1().VolumeSnapshots(ns).Get(context.Background(), first, metav1.GetOptions{}); err != nil || !stack.Ready(vs) {
-		t.Fatalf("a member deleted alone went or changed: %v", err)
 	}
 
 	if err := groups.Delete(context.Background(), "db", metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	waitGroup(t, s, ns, "db", func(g *groupv1.VolumeGroupSnapshot) bool { return g == nil })
+	// The member deleted alone was kept by its group: it let go of its in-group finalizer only
+	// after the group's deletion began.
+	checkAfter(t, "the release of the member deleted alone", member.first(t, "the member is released", released(protocol.SnapshotInGroupFinalizer)),
+		"the group's deletion", group.first(t, "the group is being deleted", deleting))
 	err = wait.PollUntilContextTimeout(context.Background(), 100*time.Millisecond, readyTimeout, true, func(ctx context.Context) (bool, error) {
 		for handle := range handles {
 			if backendHas(t, s, handle) {

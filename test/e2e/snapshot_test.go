@@ -137,18 +137,27 @@ func checkContentAfterDelete(t *testing.T, s *stack.Stack, name, handle string, 
 		}
 		return
 	}
-	time.Sleep(2 * time.Second) // give a wrong deletion the time to happen
-	if err := get(ctx); err != nil {
+	// The snapshot is gone: the controller's sync that dropped its finalizers is the one that
+	// hands a Delete content to the sidecar, and it left this one alone.
+	content, err := contents.Get(ctx, name, metav1.GetOptions{})
+	if err != nil {
 		t.Fatalf("Retain content: %v", err)
+	}
+	if content.DeletionTimestamp != nil || content.Annotations[protocol.AnnBeingDeleted] != "" {
+		t.Errorf("Retain content handed over for deletion: %+v", content.ObjectMeta)
 	}
 	if !backendHas(t, s, handle) {
 		t.Errorf("backend snapshot %s of a Retain content is gone", handle)
 	}
-	if err := contents.Delete(ctx, name, metav1.DeleteOptions{}); err != nil {
-		t.Fatal(err)
+	// Deleted now, only if unchanged since: the sidecar releases it and keeps the backend snapshot.
+	if err := contents.Delete(ctx, name, metav1.DeleteOptions{Preconditions: &metav1.Preconditions{ResourceVersion: &content.ResourceVersion}}); err != nil {
+		t.Fatalf("Retain content changed after its snapshot went: %v", err)
 	}
 	if err := stack.WaitGone(ctx, readyTimeout, "content "+name, get); err != nil {
 		t.Fatal(err)
+	}
+	if !backendHas(t, s, handle) {
+		t.Errorf("backend snapshot %s of a deleted Retain content is gone", handle)
 	}
 }
 
