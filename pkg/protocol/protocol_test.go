@@ -16,9 +16,12 @@ func TestNames(t *testing.T) {
 		{"backend truncated", BackendName("snap", uid, 8), "snap-6b1c9a3e"},
 		{"backend truncated past dash", BackendName("snap", uid, 10), "snap-6b1c9a3e27"},
 		{"backend longer than uid", BackendName("snap", uid, 99), "snap-6b1c9a3e27d44f0e9c8a1f2e3d4c5b6a"},
-		// sha256("g-uid" + "vol-1")
-		{"member snapshot", MemberSnapshotName("g-uid", "vol-1"), "snapshot-" + sha("g-uidvol-1")},
-		{"member content", MemberContentName("g-uid", "vol-1"), "snapcontent-" + sha("g-uidvol-1")},
+		// The hashes were computed apart from this code: printf '%s' 'g-uidvol-1' | sha256sum
+		{"member snapshot", MemberSnapshotName("g-uid", "vol-1"), "snapshot-8e1696174946109934ad031c15e4b1140cb485236334676222365e0eecb54f2b"},
+		{"member content", MemberContentName("g-uid", "vol-1"), "snapcontent-8e1696174946109934ad031c15e4b1140cb485236334676222365e0eecb54f2b"},
+		// printf '%s' '6b1c9a3e-27d4-4f0e-9c8a-1f2e3d4c5b6avol-7' | sha256sum
+		{"member snapshot of a uid", MemberSnapshotName(uid, "vol-7"), "snapshot-e7e34b7da483036671e16a0a72eded889207ef6f3ab20d0b430b5a6d0fce7981"},
+		{"member content of a uid", MemberContentName(uid, "vol-7"), "snapcontent-e7e34b7da483036671e16a0a72eded889207ef6f3ab20d0b430b5a6d0fce7981"},
 	}
 	for _, tc := range tests {
 		if tc.got != tc.want {
@@ -29,8 +32,6 @@ func TestNames(t *testing.T) {
 		t.Error("members of one group share a name")
 	}
 }
-
-func sha(s string) string { return memberHash("", s) }
 
 func TestDriverParameters(t *testing.T) {
 	got := DriverParameters(map[string]string{
