@@ -1,6 +1,6 @@
 // Package csi is the sidecar's view of a CSI driver: the few snapshot RPCs it calls, a gRPC
-// implementation on csi-lib-utils, a fake for tests, and Classify, the one place that decides
-// whether a failed call is final or whether the backend may still be working on it.
+// implementation on csi-lib-utils, and Classify, the one place that decides whether a failed
+// call is final or whether the backend may still be working on it. Tests use csitest's fake.
 package csi
 
 import (

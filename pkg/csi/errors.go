@@ -66,8 +66,5 @@ func Classify(err error) Outcome {
 	}
 }
 
-// IsFinal tells whether Classify(err) is Failed.
-func IsFinal(err error) bool { return Classify(err) == Failed }
-
 // errNotSupported marks calls the driver's capabilities rule out; such calls are final.
 var errNotSupported = errors.New("not supported by the driver")

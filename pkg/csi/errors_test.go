@@ -44,9 +44,6 @@ func TestClassify(t *testing.T) {
 			if got := Classify(tc.err); got != tc.want {
 				t.Errorf("Classify(%v) = %s, want %s", tc.err, got, tc.want)
 			}
-			if got := IsFinal(tc.err); got != (tc.want == Failed) {
-				t.Errorf("IsFinal(%v) = %v", tc.err, got)
-			}
 		})
 	}
 }

@@ -284,10 +284,10 @@ func TestGetSnapshotByList(t *testing.T) {
 func TestNotSupported(t *testing.T) {
 	c := connect(t, &testDriver{ctrlCaps: allCaps[:1]}, 5*time.Second)
 	_, err := c.GetSnapshot(t.Context(), "known", nil)
-	if !IsFinal(err) || !strings.Contains(err.Error(), "LIST_SNAPSHOTS") {
+	if Classify(err) != Failed || !strings.Contains(err.Error(), "LIST_SNAPSHOTS") {
 		t.Errorf("GetSnapshot without capability: %v", err)
 	}
-	if _, err := c.CreateGroupSnapshot(t.Context(), CreateGroupSnapshotRequest{Name: "g"}); !IsFinal(err) {
+	if _, err := c.CreateGroupSnapshot(t.Context(), CreateGroupSnapshotRequest{Name: "g"}); Classify(err) != Failed {
 		t.Errorf("CreateGroupSnapshot without capability: %v", err)
 	}
 }

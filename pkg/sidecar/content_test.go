@@ -12,6 +12,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	"github.com/shutter-csi/shutter/pkg/csi"
+	"github.com/shutter-csi/shutter/pkg/csi/csitest"
 	"github.com/shutter-csi/shutter/pkg/protocol"
 )
 
@@ -31,7 +32,7 @@ type contentCase struct {
 	cfg     config
 	content content
 	objs    []runtime.Object
-	driver  func(*csi.Fake)
+	driver  func(*csitest.Fake)
 
 	wantRoute   string   // done, wait, final, retry
 	wantCalls   []string // CSI methods called
@@ -119,13 +120,13 @@ func TestContentTransitions(t *testing.T) {
 		{name: "dynamic: unbound is final", content: newContent(name, unbound), objs: []runtime.Object{defaultClass},
 			wantRoute: "final", wantPatches: []string{"status"}, wantEvent: reasonInputError, check: hasError("not bound", false)},
 		{name: "dynamic: final driver error", content: newContent(name), objs: []runtime.Object{defaultClass},
-			driver: func(d *csi.Fake) {
+			driver: func(d *csitest.Fake) {
 				d.Errors["CreateSnapshot"] = []error{status.Error(codes.InvalidArgument, "bad tier")}
 			},
 			wantRoute: "final", wantCalls: []string{"CreateSnapshot"}, wantPatches: []string{"", "status", ""}, wantEvent: reasonCreateFailed,
 			check: hasError("bad tier", false)},
 		{name: "dynamic: timeout keeps being-created", content: newContent(name), objs: []runtime.Object{defaultClass},
-			driver:    func(d *csi.Fake) { d.Errors["CreateSnapshot"] = []error{status.Error(codes.DeadlineExceeded, "slow")} },
+			driver:    func(d *csitest.Fake) { d.Errors["CreateSnapshot"] = []error{status.Error(codes.DeadlineExceeded, "slow")} },
 			wantRoute: "retry", wantCalls: []string{"CreateSnapshot"}, wantPatches: []string{""},
 			check: func(t *testing.T, got content, _ *fixture) {
 				if got.Annotations[protocol.AnnBeingCreated] != "yes" || got.Status != nil {
@@ -133,7 +134,7 @@ func TestContentTransitions(t *testing.T) {
 				}
 			}},
 		{name: "dynamic: busy driver keeps being-created and asks again soon", content: newContent(name), objs: []runtime.Object{defaultClass},
-			driver:    func(d *csi.Fake) { d.Errors["CreateSnapshot"] = []error{status.Error(codes.Aborted, "volume busy")} },
+			driver:    func(d *csitest.Fake) { d.Errors["CreateSnapshot"] = []error{status.Error(codes.Aborted, "volume busy")} },
 			wantRoute: "wait", wantCalls: []string{"CreateSnapshot"}, wantPatches: []string{""},
 			check: func(t *testing.T, got content, _ *fixture) {
 				if got.Annotations[protocol.AnnBeingCreated] != "yes" || got.Status != nil {
@@ -144,7 +145,7 @@ func TestContentTransitions(t *testing.T) {
 			objs: []runtime.Object{defaultClass}, wantRoute: "done", wantCalls: []string{"CreateSnapshot"},
 			wantPatches: []string{"status", ""}, check: hasStatus("snap-"+backendName, true)},
 		{name: "dynamic: not ready waits", content: newContent(name), objs: []runtime.Object{defaultClass},
-			driver:    func(d *csi.Fake) { d.NotReady = true },
+			driver:    func(d *csitest.Fake) { d.NotReady = true },
 			wantRoute: "wait", wantCalls: []string{"CreateSnapshot"}, wantPatches: []string{"", "status", ""},
 			check: hasStatus("snap-"+backendName, false)},
 		{name: "dynamic: ready is left alone", content: newContent(name, withStatus("h", true)), objs: []runtime.Object{defaultClass},
@@ -157,13 +158,13 @@ func TestContentTransitions(t *testing.T) {
 		{name: "group member gets no CSI call", content: newContent(name, withAnn(protocol.AnnGroupSnapshotHandle, "g")),
 			objs: []runtime.Object{defaultClass}, wantRoute: "done", check: unchanged},
 		{name: "pre-provisioned: known handle", content: newContent(name, preProvisioned("snap-x")),
-			driver:    func(d *csi.Fake) { d.AddSnapshot(csi.Snapshot{ID: "snap-x", SizeBytes: 5, ReadyToUse: true}) },
+			driver:    func(d *csitest.Fake) { d.AddSnapshot(csi.Snapshot{ID: "snap-x", SizeBytes: 5, ReadyToUse: true}) },
 			wantRoute: "done", wantCalls: []string{"GetSnapshot"}, wantPatches: []string{"status"}, check: hasStatus("snap-x", true)},
 		{name: "pre-provisioned: unknown handle", content: newContent(name, preProvisioned("snap-x")),
 			wantRoute: "final", wantCalls: []string{"GetSnapshot"}, wantPatches: []string{"status"}, wantEvent: reasonCheckFailed,
 			check: hasError("does not know", false)},
 		{name: "pre-provisioned: driver unavailable is retried", content: newContent(name, preProvisioned("snap-x")),
-			driver:    func(d *csi.Fake) { d.Errors["GetSnapshot"] = []error{status.Error(codes.Unavailable, "down")} },
+			driver:    func(d *csitest.Fake) { d.Errors["GetSnapshot"] = []error{status.Error(codes.Unavailable, "down")} },
 			wantRoute: "retry", wantCalls: []string{"GetSnapshot"}, check: unchanged},
 		{name: "delete: backend snapshot deleted with the annotated secret", content: newContent(name, markedDeleted, withStatus("h", true),
 			withAnn(protocol.AnnDeletionSecretName, "del"), withAnn(protocol.AnnDeletionSecretNamespace, "ns")),
@@ -197,16 +198,16 @@ func TestContentTransitions(t *testing.T) {
 		{name: "delete: never created only releases", content: newContent(name, markedDeleted),
 			wantRoute: "done", wantPatches: []string{""}, check: released},
 		{name: "delete: final driver error is reported and retried", content: newContent(name, markedDeleted, withStatus("h", true)),
-			driver: func(d *csi.Fake) {
+			driver: func(d *csitest.Fake) {
 				d.Errors["DeleteSnapshot"] = []error{status.Error(codes.FailedPrecondition, "in use")}
 			},
 			wantRoute: "retry", wantCalls: []string{"DeleteSnapshot"}, wantPatches: []string{"status"}, wantEvent: reasonDeleteFailed,
 			check: hasError("in use", false)},
 		{name: "delete: busy driver is asked again soon", content: newContent(name, markedDeleted, withStatus("h", true)),
-			driver:    func(d *csi.Fake) { d.Errors["DeleteSnapshot"] = []error{status.Error(codes.Aborted, "restoring")} },
+			driver:    func(d *csitest.Fake) { d.Errors["DeleteSnapshot"] = []error{status.Error(codes.Aborted, "restoring")} },
 			wantRoute: "wait", wantCalls: []string{"DeleteSnapshot"}, check: unchanged},
 		{name: "pre-provisioned: busy driver is asked again soon", content: newContent(name, preProvisioned("snap-x")),
-			driver:    func(d *csi.Fake) { d.Errors["GetSnapshot"] = []error{status.Error(codes.Aborted, "busy")} },
+			driver:    func(d *csitest.Fake) { d.Errors["GetSnapshot"] = []error{status.Error(codes.Aborted, "busy")} },
 			wantRoute: "wait", wantCalls: []string{"GetSnapshot"}, check: unchanged},
 		{name: "delete: missing deletion secret", content: newContent(name, markedDeleted, withStatus("h", true),
 			withAnn(protocol.AnnDeletionSecretName, "del"), withAnn(protocol.AnnDeletionSecretNamespace, "ns")),

@@ -29,7 +29,7 @@ import (
 	grouplisters "github.com/shutter-csi/shutter/client/listers/volumegroupsnapshot/v1"
 	listers "github.com/shutter-csi/shutter/client/listers/volumesnapshot/v1"
 	"github.com/shutter-csi/shutter/pkg/controller"
-	"github.com/shutter-csi/shutter/pkg/csi"
+	"github.com/shutter-csi/shutter/pkg/csi/csitest"
 	"github.com/shutter-csi/shutter/pkg/protocol"
 )
 
@@ -44,7 +44,7 @@ const (
 type fixture struct {
 	client   *fake.Clientset
 	kube     *kubefake.Clientset
-	csi      *csi.Fake
+	csi      *csitest.Fake
 	recorder *record.FakeRecorder
 	indexer  cache.Indexer
 	content  *reconciler[content]
@@ -53,7 +53,7 @@ type fixture struct {
 
 func newFixture(t *testing.T, cfg config, objs ...runtime.Object) *fixture {
 	t.Helper()
-	f := &fixture{csi: csi.NewFake(testDriver), recorder: record.NewFakeRecorder(100), kube: kubefake.NewClientset()}
+	f := &fixture{csi: csitest.NewFake(testDriver), recorder: record.NewFakeRecorder(100), kube: kubefake.NewClientset()}
 	var snapObjs []runtime.Object
 	f.indexer = cache.NewIndexer(cache.MetaNamespaceKeyFunc, cache.Indexers{})
 	classes := cache.NewIndexer(cache.MetaNamespaceKeyFunc, cache.Indexers{})

@@ -1,4 +1,7 @@
-package csi
+// Package csitest holds an in-memory csi.Client for tests that honours the same contract as the
+// gRPC client: calls the driver's capabilities rule out fail with codes.Unimplemented (final for
+// csi.Classify) and never reach the backend.
+package csitest
 
 import (
 	"context"
@@ -10,60 +13,86 @@ import (
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+
+	"github.com/shutter-csi/shutter/pkg/csi"
 )
 
-// Fake is an in-memory Client for tests. Snapshots are ready when cut unless NotReady is set;
+// Fake is an in-memory csi.Client for tests. Snapshots are ready when cut unless NotReady is set;
 // Errors make the next calls of a method fail. Calls records every call by method name.
 type Fake struct {
 	mu sync.Mutex
-	// Name and Caps are returned by DriverName and Capabilities.
+	// Name and Caps are returned by DriverName and Capabilities. A call Caps rules out is
+	// recorded and answered codes.Unimplemented, as the gRPC client refuses it.
 	Name string
-	Caps Capabilities
+	Caps csi.Capabilities
 	// NotReady makes new snapshots and group snapshots not ready to use until it is cleared.
 	NotReady bool
 	// Errors holds, per method name ("CreateSnapshot", ...), errors the next calls return in order.
 	Errors map[string][]error
 	// Calls lists the methods called, in order; Requests the create requests.
 	Calls    []string
-	Requests []CreateSnapshotRequest
+	Requests []csi.CreateSnapshotRequest
 	// Secrets holds the secrets each call was given, by method name, last call wins.
 	Secrets map[string]map[string]string
 
-	snapshots map[string]*Snapshot
-	groups    map[string]*GroupSnapshot
+	snapshots map[string]*csi.Snapshot
+	groups    map[string]*csi.GroupSnapshot
 	now       time.Time
 }
 
-var _ Client = (*Fake)(nil)
+var _ csi.Client = (*Fake)(nil)
 
 // NewFake returns a fake driver named name with every capability.
 func NewFake(name string) *Fake {
 	return &Fake{
 		Name:      name,
-		Caps:      Capabilities{CreateDeleteSnapshot: true, ListSnapshots: true, GetSnapshot: true, GroupSnapshots: true},
+		Caps:      csi.Capabilities{CreateDeleteSnapshot: true, ListSnapshots: true, GetSnapshot: true, GroupSnapshots: true},
 		Errors:    map[string][]error{},
 		Secrets:   map[string]map[string]string{},
-		snapshots: map[string]*Snapshot{},
-		groups:    map[string]*GroupSnapshot{},
+		snapshots: map[string]*csi.Snapshot{},
+		groups:    map[string]*csi.GroupSnapshot{},
 		now:       time.Date(2025, 1, 2, 3, 4, 5, 0, time.UTC),
 	}
 }
 
-// DriverName implements Client.
+// DriverName implements csi.Client.
 func (f *Fake) DriverName() string { return f.Name }
 
-// Capabilities implements Client.
-func (f *Fake) Capabilities() Capabilities { return f.Caps }
+// Capabilities implements csi.Client.
+func (f *Fake) Capabilities() csi.Capabilities { return f.Caps }
 
-// call records a call and returns the error queued for it, if any. f.mu is held.
+// call records a call and returns the error queued for it, if any, or codes.Unimplemented when
+// the capabilities rule the call out. f.mu is held.
 func (f *Fake) call(method string, secrets map[string]string) error {
 	f.Calls = append(f.Calls, method)
+	if need := f.missing(method); need != "" {
+		return status.Errorf(codes.Unimplemented, "%s needs the %s capability", method, need)
+	}
 	f.Secrets[method] = maps.Clone(secrets)
 	if errs := f.Errors[method]; len(errs) > 0 {
 		f.Errors[method] = errs[1:]
 		return errs[0]
 	}
 	return nil
+}
+
+// missing names the capability that method needs and Caps lacks; "" when it may be called.
+func (f *Fake) missing(method string) string {
+	switch method {
+	case "CreateSnapshot", "DeleteSnapshot":
+		if !f.Caps.CreateDeleteSnapshot {
+			return "CREATE_DELETE_SNAPSHOT"
+		}
+	case "GetSnapshot":
+		if !f.Caps.GetSnapshot && !f.Caps.ListSnapshots {
+			return "LIST_SNAPSHOTS or GET_SNAPSHOT"
+		}
+	case "CreateGroupSnapshot", "DeleteGroupSnapshot", "GetGroupSnapshot":
+		if !f.Caps.GroupSnapshots {
+			return "CREATE_DELETE_GET_VOLUME_GROUP_SNAPSHOT"
+		}
+	}
+	return ""
 }
 
 // CountCalls returns how many times method was called.
@@ -93,7 +122,7 @@ func (f *Fake) SetReady() {
 }
 
 // AddSnapshot makes the backend know a snapshot (a pre-provisioned one).
-func (f *Fake) AddSnapshot(s Snapshot) {
+func (f *Fake) AddSnapshot(s csi.Snapshot) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.snapshots[s.ID] = &s
@@ -106,8 +135,8 @@ func (f *Fake) SnapshotIDs() []string {
 	return slices.Sorted(maps.Keys(f.snapshots))
 }
 
-// CreateSnapshot implements Client.
-func (f *Fake) CreateSnapshot(_ context.Context, req CreateSnapshotRequest) (*Snapshot, error) {
+// CreateSnapshot implements csi.Client.
+func (f *Fake) CreateSnapshot(_ context.Context, req csi.CreateSnapshotRequest) (*csi.Snapshot, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.Requests = append(f.Requests, req)
@@ -122,13 +151,13 @@ func (f *Fake) CreateSnapshot(_ context.Context, req CreateSnapshotRequest) (*Sn
 		c := *s
 		return &c, nil
 	}
-	s := &Snapshot{ID: id, SourceVolumeID: req.SourceVolumeID, CreationTime: f.now, SizeBytes: 1 << 20, ReadyToUse: !f.NotReady}
+	s := &csi.Snapshot{ID: id, SourceVolumeID: req.SourceVolumeID, CreationTime: f.now, SizeBytes: 1 << 20, ReadyToUse: !f.NotReady}
 	f.snapshots[id] = s
 	c := *s
 	return &c, nil
 }
 
-// DeleteSnapshot implements Client.
+// DeleteSnapshot implements csi.Client.
 func (f *Fake) DeleteSnapshot(_ context.Context, id string, secrets map[string]string) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
@@ -139,8 +168,8 @@ func (f *Fake) DeleteSnapshot(_ context.Context, id string, secrets map[string]s
 	return nil
 }
 
-// GetSnapshot implements Client.
-func (f *Fake) GetSnapshot(_ context.Context, id string, secrets map[string]string) (*Snapshot, error) {
+// GetSnapshot implements csi.Client.
+func (f *Fake) GetSnapshot(_ context.Context, id string, secrets map[string]string) (*csi.Snapshot, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if err := f.call("GetSnapshot", secrets); err != nil {
@@ -154,8 +183,8 @@ func (f *Fake) GetSnapshot(_ context.Context, id string, secrets map[string]stri
 	return &c, nil
 }
 
-// CreateGroupSnapshot implements Client.
-func (f *Fake) CreateGroupSnapshot(_ context.Context, req CreateGroupSnapshotRequest) (*GroupSnapshot, error) {
+// CreateGroupSnapshot implements csi.Client.
+func (f *Fake) CreateGroupSnapshot(_ context.Context, req csi.CreateGroupSnapshotRequest) (*csi.GroupSnapshot, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if err := f.call("CreateGroupSnapshot", req.Secrets); err != nil {
@@ -165,9 +194,9 @@ func (f *Fake) CreateGroupSnapshot(_ context.Context, req CreateGroupSnapshotReq
 	if g, ok := f.groups[id]; ok {
 		return copyGroup(g), nil
 	}
-	g := &GroupSnapshot{ID: id, CreationTime: f.now, ReadyToUse: !f.NotReady}
+	g := &csi.GroupSnapshot{ID: id, CreationTime: f.now, ReadyToUse: !f.NotReady}
 	for _, vol := range req.SourceVolumeIDs {
-		g.Snapshots = append(g.Snapshots, Snapshot{
+		g.Snapshots = append(g.Snapshots, csi.Snapshot{
 			ID: fmt.Sprintf("%s-%s", id, vol), SourceVolumeID: vol, GroupID: id,
 			CreationTime: f.now, SizeBytes: 1 << 20, ReadyToUse: !f.NotReady,
 		})
@@ -176,7 +205,7 @@ func (f *Fake) CreateGroupSnapshot(_ context.Context, req CreateGroupSnapshotReq
 	return copyGroup(g), nil
 }
 
-// DeleteGroupSnapshot implements Client.
+// DeleteGroupSnapshot implements csi.Client.
 func (f *Fake) DeleteGroupSnapshot(_ context.Context, id string, _ []string, secrets map[string]string) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
@@ -187,8 +216,8 @@ func (f *Fake) DeleteGroupSnapshot(_ context.Context, id string, _ []string, sec
 	return nil
 }
 
-// GetGroupSnapshot implements Client.
-func (f *Fake) GetGroupSnapshot(_ context.Context, id string, _ []string, secrets map[string]string) (*GroupSnapshot, error) {
+// GetGroupSnapshot implements csi.Client.
+func (f *Fake) GetGroupSnapshot(_ context.Context, id string, _ []string, secrets map[string]string) (*csi.GroupSnapshot, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if err := f.call("GetGroupSnapshot", secrets); err != nil {
@@ -208,7 +237,7 @@ func (f *Fake) GroupIDs() []string {
 	return slices.Sorted(maps.Keys(f.groups))
 }
 
-func copyGroup(g *GroupSnapshot) *GroupSnapshot {
+func copyGroup(g *csi.GroupSnapshot) *csi.GroupSnapshot {
 	c := *g
 	c.Snapshots = slices.Clone(g.Snapshots)
 	for i := range c.Snapshots {
