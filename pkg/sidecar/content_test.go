@@ -126,7 +126,9 @@ func TestContentTransitions(t *testing.T) {
 			wantRoute: "final", wantCalls: []string{"CreateSnapshot"}, wantPatches: []string{"", "status", ""}, wantEvent: reasonCreateFailed,
 			check: hasError("bad tier", false)},
 		{name: "dynamic: timeout keeps being-created", content: newContent(name), objs: []runtime.Object{defaultClass},
-			driver:    func(d *csitest.Fake) { d.Errors["CreateSnapshot"] = []error{status.Error(codes.DeadlineExceeded, "slow")} },
+			driver: func(d *csitest.Fake) {
+				d.Errors["CreateSnapshot"] = []error{status.Error(codes.DeadlineExceeded, "slow")}
+			},
 			wantRoute: "retry", wantCalls: []string{"CreateSnapshot"}, wantPatches: []string{""},
 			check: func(t *testing.T, got content, _ *fixture) {
 				if got.Annotations[protocol.AnnBeingCreated] != "yes" || got.Status != nil {
@@ -134,7 +136,9 @@ func TestContentTransitions(t *testing.T) {
 				}
 			}},
 		{name: "dynamic: busy driver keeps being-created and asks again soon", content: newContent(name), objs: []runtime.Object{defaultClass},
-			driver:    func(d *csitest.Fake) { d.Errors["CreateSnapshot"] = []error{status.Error(codes.Aborted, "volume busy")} },
+			driver: func(d *csitest.Fake) {
+				d.Errors["CreateSnapshot"] = []error{status.Error(codes.Aborted, "volume busy")}
+			},
 			wantRoute: "wait", wantCalls: []string{"CreateSnapshot"}, wantPatches: []string{""},
 			check: func(t *testing.T, got content, _ *fixture) {
 				if got.Annotations[protocol.AnnBeingCreated] != "yes" || got.Status != nil {
