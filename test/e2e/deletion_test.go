@@ -41,13 +41,7 @@ func TestGroupDeletionLoop(t *testing.T) {
 	groups := s.Snapshots.GroupsnapshotV1().VolumeGroupSnapshots(ns)
 	for run := range groupDeletionRuns {
 		name := fmt.Sprintf("loop-%02d", run)
-		_, err := groups.Create(context.Background(), &groupv1.VolumeGroupSnapshot{
-			ObjectMeta: metav1.ObjectMeta{Name: name},
-			Spec:       groupv1.VolumeGroupSnapshotSpec{Source: groupv1.VolumeGroupSnapshotSource{Selector: &metav1.LabelSelector{MatchLabels: labels}}},
-		}, metav1.CreateOptions{})
-		if err != nil {
-			t.Fatal(err)
-		}
+		createGroup(t, s, ns, name, labels)
 		vgs := waitGroup(t, s, ns, name, func(g *groupv1.VolumeGroupSnapshot) bool {
 			return g != nil && g.Status != nil && ptr.Deref(g.Status.ReadyToUse, false)
 		})

@@ -33,13 +33,7 @@ func TestGroupSnapshot(t *testing.T) {
 		volumes[v.id] = v
 	}
 	groups := s.Snapshots.GroupsnapshotV1().VolumeGroupSnapshots(ns)
-	vgs, err := groups.Create(context.Background(), &groupv1.VolumeGroupSnapshot{
-		ObjectMeta: metav1.ObjectMeta{Name: "db"},
-		Spec:       groupv1.VolumeGroupSnapshotSpec{Source: groupv1.VolumeGroupSnapshotSource{Selector: &metav1.LabelSelector{MatchLabels: labels}}},
-	}, metav1.CreateOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	vgs := createGroup(t, s, ns, "db", labels)
 	restart(t, s, s.Snapshotter)
 	vgs = waitGroup(t, s, ns, "db", func(g *groupv1.VolumeGroupSnapshot) bool {
 		return g != nil && g.Status != nil && ptr.Deref(g.Status.ReadyToUse, false)
@@ -79,7 +73,7 @@ func TestGroupSnapshot(t *testing.T) {
 	// after the group's deletion began.
 	checkAfter(t, "the release of the member deleted alone", member.first(t, "the member is released", released(protocol.SnapshotInGroupFinalizer)),
 		"the group's deletion", group.first(t, "the group is being deleted", deleting))
-	err = wait.PollUntilContextTimeout(context.Background(), 100*time.Millisecond, readyTimeout, true, func(ctx context.Context) (bool, error) {
+	err := wait.PollUntilContextTimeout(context.Background(), 100*time.Millisecond, readyTimeout, true, func(ctx context.Context) (bool, error) {
 		for handle := range handles {
 			if backendHas(t, s, handle) {
 				return false, nil
@@ -103,22 +97,26 @@ func TestGroupSnapshot(t *testing.T) {
 func TestGroupSnapshotBadSelection(t *testing.T) {
 	s := start(t)
 	ns := testenv.Namespace(t, s.Kube)
-	groups := s.Snapshots.GroupsnapshotV1().VolumeGroupSnapshots(ns)
-	create := func(name string, labels map[string]string) {
-		_, err := groups.Create(context.Background(), &groupv1.VolumeGroupSnapshot{
-			ObjectMeta: metav1.ObjectMeta{Name: name},
-			Spec:       groupv1.VolumeGroupSnapshotSpec{Source: groupv1.VolumeGroupSnapshotSource{Selector: &metav1.LabelSelector{MatchLabels: labels}}},
-		}, metav1.CreateOptions{})
-		if err != nil {
-			t.Fatal(err)
-		}
-	}
+	create := func(name string, labels map[string]string) { createGroup(t, s, ns, name, labels) }
 	create("nothing", map[string]string{"app": "none"})
 	waitGroup(t, s, ns, "nothing", groupErrorIs("matches no PersistentVolumeClaim"))
 	unboundClaim(t, s, ns)
 	labelClaim(t, s, ns, "source", map[string]string{"app": "late"})
 	create("late", map[string]string{"app": "late"})
 	waitGroup(t, s, ns, "late", groupErrorIs("is not bound yet"))
+}
+
+// createGroup creates a VolumeGroupSnapshot of the claims in ns that carry labels.
+func createGroup(t *testing.T, s *stack.Stack, ns, name string, labels map[string]string) *groupv1.VolumeGroupSnapshot {
+	t.Helper()
+	vgs, err := s.Snapshots.GroupsnapshotV1().VolumeGroupSnapshots(ns).Create(context.Background(), &groupv1.VolumeGroupSnapshot{
+		ObjectMeta: metav1.ObjectMeta{Name: name},
+		Spec:       groupv1.VolumeGroupSnapshotSpec{Source: groupv1.VolumeGroupSnapshotSource{Selector: &metav1.LabelSelector{MatchLabels: labels}}},
+	}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return vgs
 }
 
 func groupErrorIs(substr string) func(*groupv1.VolumeGroupSnapshot) bool {

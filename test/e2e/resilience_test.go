@@ -22,10 +22,7 @@ const batchSize = 50
 func TestLeaderElection(t *testing.T) {
 	s := start(t)
 	ctx := context.Background()
-	leader, err := s.WaitLeader(ctx, nil, 30*time.Second)
-	if err != nil {
-		t.Fatalf("no leader: %v", err)
-	}
+	leader := waitLeader(t, s)
 	ns := testenv.Namespace(t, s.Kube)
 	newVolume(t, s, ns, "source")
 	leader.Kill()
@@ -82,6 +79,16 @@ func TestKillDuringBatch(t *testing.T) {
 }
 
 // restart SIGKILLs p and starts it again.
+// waitLeader waits for the leading snapshot-controller.
+func waitLeader(t *testing.T, s *stack.Stack) *stack.Process {
+	t.Helper()
+	leader, err := s.WaitLeader(context.Background(), nil, 30*time.Second)
+	if err != nil {
+		t.Fatalf("no leader: %v", err)
+	}
+	return leader
+}
+
 func restart(t *testing.T, s *stack.Stack, p *stack.Process) {
 	t.Helper()
 	if err := p.Restart(); err != nil {
@@ -169,10 +176,7 @@ func deleteBatch(t *testing.T, s *stack.Stack, ns string) {
 func TestGracefulShutdown(t *testing.T) {
 	s := start(t)
 	ctx := context.Background()
-	leader, err := s.WaitLeader(ctx, nil, 30*time.Second)
-	if err != nil {
-		t.Fatalf("no leader: %v", err)
-	}
+	leader := waitLeader(t, s)
 	ns := testenv.Namespace(t, s.Kube)
 	v := newVolume(t, s, ns, "source")
 	for i := range batchSize {

@@ -78,6 +78,25 @@ func groupError(substr string) func(*groupv1.VolumeGroupSnapshot) bool {
 	}
 }
 
+// groupDriver is the start of the group tests: a default VolumeGroupSnapshotClass called name
+// for the driver name.csi.test with policy and an actor playing its sidecar.
+func (f *fixture) groupDriver(t *testing.T, name string, policy snapshotv1.DeletionPolicy) (string, *actor) {
+	driver := name + ".csi.test"
+	f.groupClass(t, name, driver, policy)
+	return driver, startActor(t, f.client, driver)
+}
+
+// labelledClaims creates bound claims of driver with labels and returns their volume handles.
+func (f *fixture) labelledClaims(t *testing.T, driver string, labels map[string]string, names ...string) []string {
+	var handles []string
+	for _, name := range names {
+		f.volume(t, name, driver)
+		f.labelClaim(t, name, labels)
+		handles = append(handles, "vol-"+f.ns+"-"+name)
+	}
+	return handles
+}
+
 // labelClaim puts labels on a claim.
 func (f *fixture) labelClaim(t *testing.T, name string, labels map[string]string) {
 	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
@@ -99,16 +118,9 @@ func (f *fixture) labelClaim(t *testing.T, name string, labels map[string]string
 func TestGroupSnapshotLifecycle(t *testing.T) {
 	t.Parallel()
 	f := setup(t)
-	driver := "group.csi.test"
-	f.groupClass(t, "group", driver, snapshotv1.VolumeSnapshotContentDelete)
-	a := startActor(t, f.client, driver)
+	driver, a := f.groupDriver(t, "group", snapshotv1.VolumeSnapshotContentDelete)
 	labels := map[string]string{"app": "db"}
-	var handles []string
-	for _, name := range []string{"data", "log", "wal"} {
-		f.volume(t, name, driver)
-		f.labelClaim(t, name, labels)
-		handles = append(handles, "vol-"+f.ns+"-"+name)
-	}
+	handles := f.labelledClaims(t, driver, labels, "data", "log", "wal")
 	vgs := f.waitGroup(t, f.groupSnapshot(t, "db", labels).Name, groupReady)
 	if *vgs.Status.BoundVolumeGroupSnapshotContentName != protocol.GroupContentName(vgs.UID) || vgs.Status.CreationTime == nil {
 		t.Errorf("group status %+v", vgs.Status)
@@ -171,14 +183,11 @@ func TestGroupSnapshotLifecycle(t *testing.T) {
 func TestGroupSelectorErrors(t *testing.T) {
 	t.Parallel()
 	f := setup(t)
-	driver := "grouperr.csi.test"
-	f.groupClass(t, "grouperr", driver, snapshotv1.VolumeSnapshotContentDelete)
-	startActor(t, f.client, driver)
+	driver, _ := f.groupDriver(t, "grouperr", snapshotv1.VolumeSnapshotContentDelete)
 	f.groupSnapshot(t, "nothing", map[string]string{"app": "none"})
 	f.waitGroup(t, "nothing", groupError("matches no PersistentVolumeClaim"))
 
-	f.volume(t, "one", driver)
-	f.labelClaim(t, "one", map[string]string{"app": "db"})
+	f.labelledClaims(t, driver, map[string]string{"app": "db"}, "one")
 	f.groupSnapshot(t, "selected", map[string]string{"app": "db"})
 	f.waitGroup(t, "selected", groupReady)
 }
@@ -188,12 +197,9 @@ func TestGroupSelectorErrors(t *testing.T) {
 func TestGroupRetain(t *testing.T) {
 	t.Parallel()
 	f := setup(t)
-	driver := "groupretain.csi.test"
-	f.groupClass(t, "groupretain", driver, snapshotv1.VolumeSnapshotContentRetain)
-	a := startActor(t, f.client, driver)
+	driver, a := f.groupDriver(t, "groupretain", snapshotv1.VolumeSnapshotContentRetain)
 	labels := map[string]string{"app": "kept"}
-	f.volume(t, "a", driver)
-	f.labelClaim(t, "a", labels)
+	f.labelledClaims(t, driver, labels, "a")
 	vgs := f.waitGroup(t, f.groupSnapshot(t, "kept", labels).Name, groupReady)
 	member := protocol.MemberSnapshotName(vgs.UID, "vol-"+f.ns+"-a")
 	f.waitSnapshot(t, member, ready)
@@ -264,12 +270,9 @@ func TestPreProvisionedGroup(t *testing.T) {
 // so the cause is still open (see the README's chaos section).
 func TestGroupMemberStatusAfterFailedWrite(t *testing.T) {
 	f := setup(t)
-	driver := "group-status.csi.test"
-	f.groupClass(t, "group-status", driver, snapshotv1.VolumeSnapshotContentDelete)
-	startActor(t, f.client, driver)
+	driver, _ := f.groupDriver(t, "group-status", snapshotv1.VolumeSnapshotContentDelete)
 	labels := map[string]string{"app": "status"}
-	f.volume(t, "only", driver)
-	f.labelClaim(t, "only", labels)
+	f.labelledClaims(t, driver, labels, "only")
 	failing.arm(func(req *http.Request) bool {
 		return req.Method == http.MethodPut && strings.HasSuffix(req.URL.Path, "/status") &&
 			strings.Contains(req.URL.Path, "/volumesnapshotcontents/snapcontent-")

@@ -119,16 +119,9 @@ func (r *groupRun) waitGone(t *testing.T, a *actor) {
 // watch and restarts it.
 func TestGroupDeletionOrders(t *testing.T) {
 	f := setup(t)
-	driver := "grouporder.csi.test"
-	f.groupClass(t, "grouporder", driver, snapshotv1.VolumeSnapshotContentDelete)
-	a := startActor(t, f.client, driver)
+	driver, a := f.groupDriver(t, "grouporder", snapshotv1.VolumeSnapshotContentDelete)
 	labels := map[string]string{"app": "ordered"}
-	var handles []string
-	for _, name := range []string{"data", "log", "wal"} {
-		f.volume(t, name, driver)
-		f.labelClaim(t, name, labels)
-		handles = append(handles, "vol-"+f.ns+"-"+name)
-	}
+	handles := f.labelledClaims(t, driver, labels, "data", "log", "wal")
 	restart := func(t *testing.T, on bool) {
 		if on {
 			running.restart(t)

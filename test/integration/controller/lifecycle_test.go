@@ -126,11 +126,8 @@ func TestDynamicSnapshotLifecycle(t *testing.T) {
 func TestRetainKeepsContent(t *testing.T) {
 	t.Parallel()
 	f := setup(t)
-	driver := "retain.csi.test"
-	f.class(t, "retain", driver, snapshotv1.VolumeSnapshotContentRetain, true, nil)
-	a := startActor(t, f.client, driver)
-	f.volume(t, "data", driver)
-	vs := f.waitSnapshot(t, f.snapshot(t, "snap", snapshotv1.VolumeSnapshotSource{PersistentVolumeClaimName: ptr("data")}, "").Name, ready)
+	a := f.driverWithClaim(t, "retain", snapshotv1.VolumeSnapshotContentRetain)
+	vs := f.readySnapshotOfData(t)
 	if slices.Contains(vs.Finalizers, protocol.SnapshotBoundFinalizer) {
 		t.Errorf("a Retain snapshot has the bound finalizer: %v", vs.Finalizers)
 	}
@@ -236,12 +233,9 @@ func TestBadInputRecovers(t *testing.T) {
 func TestNoDeletionWhileBeingCreated(t *testing.T) {
 	t.Parallel()
 	f := setup(t)
-	driver := "slow.csi.test"
-	f.class(t, "slow", driver, snapshotv1.VolumeSnapshotContentDelete, true, nil)
-	a := startActor(t, f.client, driver)
+	a := f.driverWithClaim(t, "slow", snapshotv1.VolumeSnapshotContentDelete)
 	a.setHold(true)
-	f.volume(t, "data", driver)
-	vs := f.snapshot(t, "snap", snapshotv1.VolumeSnapshotSource{PersistentVolumeClaimName: ptr("data")}, "")
+	vs := f.snapshotData(t)
 	name := protocol.ContentName(vs.UID)
 	err := wait.PollUntilContextTimeout(context.Background(), 50*time.Millisecond, 30*time.Second, true, func(ctx context.Context) (bool, error) {
 		c, err := f.client.SnapshotV1().VolumeSnapshotContents().Get(ctx, name, metav1.GetOptions{})

@@ -34,12 +34,9 @@ func (f *fixture) waitClaimGone(t *testing.T, name string) {
 func TestClaimDeletedWhileSnapshotIsTaken(t *testing.T) {
 	t.Parallel()
 	f := setup(t)
-	driver := "claimfirst.csi.test"
-	f.class(t, "claimfirst", driver, snapshotv1.VolumeSnapshotContentDelete, true, nil)
-	a := startActor(t, f.client, driver)
+	a := f.driverWithClaim(t, "claimfirst", snapshotv1.VolumeSnapshotContentDelete)
 	a.setHold(true)
-	f.volume(t, "data", driver)
-	vs := f.snapshot(t, "snap", snapshotv1.VolumeSnapshotSource{PersistentVolumeClaimName: ptr("data")}, "")
+	vs := f.snapshotData(t)
 	f.waitClaim(t, "data", func(pvc *corev1.PersistentVolumeClaim) bool {
 		return slices.Contains(pvc.Finalizers, protocol.PVCAsSourceFinalizer)
 	})
@@ -67,11 +64,8 @@ func TestClaimDeletedWhileSnapshotIsTaken(t *testing.T) {
 func TestContentDeletedFirst(t *testing.T) {
 	t.Parallel()
 	f := setup(t)
-	driver := "contentfirst.csi.test"
-	f.class(t, "contentfirst", driver, snapshotv1.VolumeSnapshotContentDelete, true, nil)
-	a := startActor(t, f.client, driver)
-	f.volume(t, "data", driver)
-	vs := f.waitSnapshot(t, f.snapshot(t, "snap", snapshotv1.VolumeSnapshotSource{PersistentVolumeClaimName: ptr("data")}, "").Name, ready)
+	a := f.driverWithClaim(t, "contentfirst", snapshotv1.VolumeSnapshotContentDelete)
+	vs := f.readySnapshotOfData(t)
 	content := *vs.Status.BoundVolumeSnapshotContentName
 	looked := processed.After(t, contentQueue, clusterKey(content))
 	if err := f.client.SnapshotV1().VolumeSnapshotContents().Delete(context.Background(), content, metav1.DeleteOptions{}); err != nil {
@@ -101,11 +95,8 @@ func TestContentDeletedFirst(t *testing.T) {
 func TestClassDeletedFirst(t *testing.T) {
 	t.Parallel()
 	f := setup(t)
-	driver := "classfirst.csi.test"
-	f.class(t, "classfirst", driver, snapshotv1.VolumeSnapshotContentDelete, true, nil)
-	startActor(t, f.client, driver)
-	f.volume(t, "data", driver)
-	vs := f.waitSnapshot(t, f.snapshot(t, "snap", snapshotv1.VolumeSnapshotSource{PersistentVolumeClaimName: ptr("data")}, "").Name, ready)
+	f.driverWithClaim(t, "classfirst", snapshotv1.VolumeSnapshotContentDelete)
+	vs := f.readySnapshotOfData(t)
 	if err := f.client.SnapshotV1().VolumeSnapshotClasses().Delete(context.Background(), "classfirst", metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}
@@ -148,11 +139,8 @@ func TestNamespaceDeletion(t *testing.T) {
 func TestRestoreKeepsSnapshot(t *testing.T) {
 	t.Parallel()
 	f := setup(t)
-	driver := "restore.csi.test"
-	f.class(t, "restore", driver, snapshotv1.VolumeSnapshotContentDelete, true, nil)
-	startActor(t, f.client, driver)
-	f.volume(t, "data", driver)
-	vs := f.waitSnapshot(t, f.snapshot(t, "snap", snapshotv1.VolumeSnapshotSource{PersistentVolumeClaimName: ptr("data")}, "").Name, ready)
+	f.driverWithClaim(t, "restore", snapshotv1.VolumeSnapshotContentDelete)
+	vs := f.readySnapshotOfData(t)
 	group := snapshotv1.GroupName
 	_, err := f.kube.CoreV1().PersistentVolumeClaims(f.ns).Create(context.Background(), &corev1.PersistentVolumeClaim{
 		ObjectMeta: metav1.ObjectMeta{Name: "restored"},

@@ -150,6 +150,32 @@ func (f *fixture) waitSnapshot(t *testing.T, name string, ok func(*snapshotv1.Vo
 	return got
 }
 
+// dataClaim is the claim most tests snapshot, dataSnapshot the snapshot of it.
+const dataClaim, dataSnapshot = "data", "snap"
+
+// driverWithClaim is the start of most tests: a default VolumeSnapshotClass called name for the
+// driver name.csi.test with policy, an actor playing that driver's sidecar, and a bound claim
+// "data" of the driver.
+func (f *fixture) driverWithClaim(t *testing.T, name string, policy snapshotv1.DeletionPolicy) *actor {
+	t.Helper()
+	driver := name + ".csi.test"
+	f.class(t, name, driver, policy, true, nil)
+	a := startActor(t, f.client, driver)
+	f.volume(t, dataClaim, driver)
+	return a
+}
+
+// snapshotData creates the snapshot "snap" of the claim "data" with the default class.
+func (f *fixture) snapshotData(t *testing.T) *snapshotv1.VolumeSnapshot {
+	return f.snapshot(t, dataSnapshot, snapshotv1.VolumeSnapshotSource{PersistentVolumeClaimName: ptr(dataClaim)}, "")
+}
+
+// readySnapshotOfData snapshots the claim "data" and waits until the snapshot is ready.
+func (f *fixture) readySnapshotOfData(t *testing.T) *snapshotv1.VolumeSnapshot {
+	t.Helper()
+	return f.waitSnapshot(t, f.snapshotData(t).Name, ready)
+}
+
 // waitGone waits until get answers NotFound for the object named in what.
 func waitGone(t *testing.T, what string, get func(ctx context.Context) error) {
 	t.Helper()
