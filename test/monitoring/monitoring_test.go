@@ -35,7 +35,7 @@ var exported = names(
 	"shutter_snapshot_contents_without_sidecar",
 	"shutter_workqueue_depth", "shutter_workqueue_adds_total", "shutter_workqueue_retries_total",
 	"shutter_workqueue_queue_duration_seconds_bucket", "shutter_workqueue_work_duration_seconds_bucket",
-	"shutter_workqueue_unfinished_work_seconds", "shutter_workqueue_longest_running_processor_seconds",
+	"shutter_workqueue_unfinished_work_seconds", "shutter_workqueue_longest_running_processor_seconds", "shutter_reconcile_total",
 	"shutter_snapshotter_operations_total", "shutter_snapshotter_api_writes_total",
 	"shutter_snapshotter_operation_duration_seconds_bucket", "shutter_snapshotter_operation_duration_seconds_count",
 	"csi_sidecar_operations_seconds_bucket", "csi_sidecar_operations_seconds_count", "csi_sidecar_operations_seconds_sum",
