@@ -13,6 +13,7 @@ import (
 	clientset "github.com/shutter-csi/shutter/client/clientset/versioned"
 	listers "github.com/shutter-csi/shutter/client/listers/volumesnapshot/v1"
 	"github.com/shutter-csi/shutter/pkg/csi"
+	"github.com/shutter-csi/shutter/pkg/kube"
 	"github.com/shutter-csi/shutter/pkg/protocol"
 )
 
@@ -43,8 +44,8 @@ func (contentKind) keys() kindKeys { return contentKeys }
 
 func (k contentKind) get(name string) (content, error) { return k.contents.Get(name) }
 
-func (k contentKind) patch(ctx context.Context, name string, pt types.PatchType, data []byte, opts metav1.PatchOptions, sub ...string) (content, error) {
-	return k.client.SnapshotV1().VolumeSnapshotContents().Patch(ctx, name, pt, data, opts, sub...)
+func (k contentKind) writeClient(string) kube.Client[content] {
+	return k.client.SnapshotV1().VolumeSnapshotContents()
 }
 
 func (contentKind) driver(c content) string { return c.Spec.Driver }

@@ -14,6 +14,7 @@ import (
 	clientset "github.com/shutter-csi/shutter/client/clientset/versioned"
 	grouplisters "github.com/shutter-csi/shutter/client/listers/volumegroupsnapshot/v1"
 	"github.com/shutter-csi/shutter/pkg/csi"
+	"github.com/shutter-csi/shutter/pkg/kube"
 	"github.com/shutter-csi/shutter/pkg/protocol"
 )
 
@@ -44,8 +45,8 @@ func (groupKind) keys() kindKeys { return groupKeys }
 
 func (k groupKind) get(name string) (groupContent, error) { return k.contents.Get(name) }
 
-func (k groupKind) patch(ctx context.Context, name string, pt types.PatchType, data []byte, opts metav1.PatchOptions, sub ...string) (groupContent, error) {
-	return k.client.GroupsnapshotV1().VolumeGroupSnapshotContents().Patch(ctx, name, pt, data, opts, sub...)
+func (k groupKind) writeClient(string) kube.Client[groupContent] {
+	return k.client.GroupsnapshotV1().VolumeGroupSnapshotContents()
 }
 
 func (groupKind) driver(g groupContent) string { return g.Spec.Driver }

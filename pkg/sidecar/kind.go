@@ -5,32 +5,23 @@ import (
 	"errors"
 	"time"
 
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 
 	snapshotv1 "github.com/shutter-csi/shutter/client/apis/volumesnapshot/v1"
+	"github.com/shutter-csi/shutter/pkg/kube"
 	"github.com/shutter-csi/shutter/pkg/protocol"
 )
-
-// object is what the sidecar reconciles: a VolumeSnapshotContent or a
-// VolumeGroupSnapshotContent, as a pointer that deep-copies to its own type.
-type object[T any] interface {
-	metav1.Object
-	runtime.Object
-	DeepCopy() T
-}
 
 // kind is everything that differs between a content and a group content. The reconciler and
 // its transitions are written once against it; each kind's file adapts its API type and its
 // CSI calls. Methods that return T return a changed deep copy and never change their argument.
-type kind[T object[T]] interface {
+type kind[T kube.Object[T]] interface {
 	// keys are the protocol keys of this kind.
 	keys() kindKeys
 	// get reads the object from the informer's lister.
 	get(name string) (T, error)
-	// patch is the generated client's Patch.
-	patch(ctx context.Context, name string, pt types.PatchType, data []byte, opts metav1.PatchOptions, subresources ...string) (T, error)
+	// writeClient is the generated client of the kind; namespace is empty (contents are cluster-scoped).
+	writeClient(namespace string) kube.Client[T]
 
 	// driver is spec.driver.
 	driver(obj T) string

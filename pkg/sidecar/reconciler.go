@@ -17,6 +17,7 @@ import (
 	"k8s.io/utils/clock"
 
 	"github.com/shutter-csi/shutter/pkg/controller"
+	"github.com/shutter-csi/shutter/pkg/kube"
 	"github.com/shutter-csi/shutter/pkg/protocol"
 )
 
@@ -32,6 +33,9 @@ import (
 //   - A member of a group never gets a CSI call of its own.
 //   - Secrets are read with a GET when a call needs them and never logged.
 
+// fieldManager names the sidecar's writes.
+const fieldManager = "csi-snapshotter"
+
 // config are the settings shared by the reconcilers.
 type config struct {
 	driver               string
@@ -44,14 +48,15 @@ type config struct {
 }
 
 // reconciler reconciles the objects of one kind that belong to this sidecar's driver.
-type reconciler[T object[T]] struct {
+type reconciler[T kube.Object[T]] struct {
 	kind     kind[T]
 	cfg      config
 	kube     kubernetes.Interface // Secret GETs only
 	recorder record.EventRecorder
-	writes   *controller.Writes[T]
-	metrics  *metrics
-	clock    clock.Clock
+	// writer is the reconciler's only way to change objects.
+	writer  *kube.Writer[T]
+	metrics *metrics
+	clock   clock.Clock
 	// readiness spaces the checks of snapshots that are not ready yet, per key.
 	readiness *flowcontrol.Backoff
 
@@ -65,10 +70,11 @@ type reconciler[T object[T]] struct {
 	released map[controller.Key]types.UID
 }
 
-func newReconciler[T object[T]](k kind[T], cfg config, kube kubernetes.Interface, recorder record.EventRecorder, m *metrics) *reconciler[T] {
+func newReconciler[T kube.Object[T]](k kind[T], cfg config, kubeClient kubernetes.Interface, recorder record.EventRecorder, m *metrics) *reconciler[T] {
 	return &reconciler[T]{
-		kind: k, cfg: cfg, kube: kube, recorder: recorder, metrics: m,
-		writes:    controller.NewWrites[T]().WithTrim(controller.Trimmed[T](controller.TrimMeta)),
+		kind: k, cfg: cfg, kube: kubeClient, recorder: recorder, metrics: m,
+		writer: kube.NewWriter(k.keys().name, k.writeClient, controller.NewWrites[T]().WithTrim(controller.Trimmed[T](controller.TrimMeta)),
+			kube.WriterOptions{FieldManager: fieldManager, Count: m.write}),
 		clock:     clock.RealClock{},
 		readiness: flowcontrol.NewBackOff(cfg.retryStart, cfg.retryMax),
 		failedAt:  map[controller.Key]string{},
@@ -94,7 +100,7 @@ func (r *reconciler[T]) sync(ctx context.Context, key controller.Key) error {
 	if err != nil {
 		return err
 	}
-	obj := r.writes.Latest(listed)
+	obj := r.writer.Cache().Latest(listed)
 	if !r.mine(obj) || r.isReleased(key, obj) {
 		return nil
 	}

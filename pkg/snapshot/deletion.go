@@ -10,6 +10,7 @@ import (
 	"k8s.io/klog/v2"
 
 	snapshotv1 "github.com/shutter-csi/shutter/client/apis/volumesnapshot/v1"
+	"github.com/shutter-csi/shutter/pkg/kube"
 	"github.com/shutter-csi/shutter/pkg/metrics"
 	"github.com/shutter-csi/shutter/pkg/protocol"
 )
@@ -22,7 +23,7 @@ const beingCreatedWait = 5 * time.Second
 // (annotated being-deleted, then deleted), and the snapshot's finalizers are dropped.
 func (c *Controller) finalizeSnapshot(ctx context.Context, vs *snapshotv1.VolumeSnapshot) error {
 	ours := []string{protocol.SnapshotAsSourceFinalizer, protocol.SnapshotBoundFinalizer}
-	if hasFinalizer(vs, protocol.SnapshotInGroupFinalizer) {
+	if kube.HasFinalizer(vs, protocol.SnapshotInGroupFinalizer) {
 		held, err := c.heldByGroup(ctx, vs)
 		if err != nil {
 			return err
@@ -34,7 +35,7 @@ func (c *Controller) finalizeSnapshot(ctx context.Context, vs *snapshotv1.Volume
 		klog.FromContext(ctx).V(2).Info("Releasing a member whose group is gone")
 		ours = append(ours, protocol.SnapshotInGroupFinalizer)
 	}
-	if !slices.ContainsFunc(ours, func(f string) bool { return hasFinalizer(vs, f) }) {
+	if !slices.ContainsFunc(ours, func(f string) bool { return kube.HasFinalizer(vs, f) }) {
 		return c.releaseClaim(ctx, vs)
 	}
 	if c.restoring(vs) {
@@ -51,7 +52,7 @@ func (c *Controller) finalizeSnapshot(ctx context.Context, vs *snapshotv1.Volume
 		}
 	}
 	updated := vs.DeepCopy()
-	updated.Finalizers, _ = withFinalizers(vs.Finalizers, nil, ours)
+	updated.Finalizers, _ = kube.WithFinalizers(vs.Finalizers, nil, ours)
 	if _, err := c.patchSnapshot(ctx, vs, updated); err != nil {
 		return ignoreNotFound(err)
 	}

@@ -8,6 +8,7 @@ import (
 
 	groupv1 "github.com/shutter-csi/shutter/client/apis/volumegroupsnapshot/v1"
 	snapshotv1 "github.com/shutter-csi/shutter/client/apis/volumesnapshot/v1"
+	"github.com/shutter-csi/shutter/pkg/kube"
 	"github.com/shutter-csi/shutter/pkg/metrics"
 	"github.com/shutter-csi/shutter/pkg/protocol"
 )
@@ -16,7 +17,7 @@ import (
 // its content's policy), then the group content is handed to the sidecar, which deletes the
 // backend group snapshot once, and the group's finalizer is dropped.
 func (g *groups) finalizeGroup(ctx context.Context, vgs *groupv1.VolumeGroupSnapshot) error {
-	if !hasFinalizer(vgs, protocol.GroupSnapshotBoundFinalizer) {
+	if !kube.HasFinalizer(vgs, protocol.GroupSnapshotBoundFinalizer) {
 		return nil
 	}
 	content, err := g.contentOf(vgs)
@@ -34,7 +35,7 @@ func (g *groups) finalizeGroup(ctx context.Context, vgs *groupv1.VolumeGroupSnap
 		}
 	}
 	updated := vgs.DeepCopy()
-	updated.Finalizers, _ = withFinalizers(vgs.Finalizers, nil, []string{protocol.GroupSnapshotBoundFinalizer})
+	updated.Finalizers, _ = kube.WithFinalizers(vgs.Finalizers, nil, []string{protocol.GroupSnapshotBoundFinalizer})
 	if _, err = patchObject(ctx, g.client.GroupsnapshotV1().VolumeGroupSnapshots(vgs.Namespace).Patch, g.snapshotWrites, vgs, updated); err != nil {
 		return ignoreNotFound(err)
 	}

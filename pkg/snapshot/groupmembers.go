@@ -12,6 +12,7 @@ import (
 	groupv1 "github.com/shutter-csi/shutter/client/apis/volumegroupsnapshot/v1"
 	snapshotv1 "github.com/shutter-csi/shutter/client/apis/volumesnapshot/v1"
 	"github.com/shutter-csi/shutter/pkg/controller"
+	"github.com/shutter-csi/shutter/pkg/kube"
 	"github.com/shutter-csi/shutter/pkg/protocol"
 )
 
@@ -163,9 +164,9 @@ func (g *groups) releaseMembers(ctx context.Context, vgs *groupv1.VolumeGroupSna
 	left := false
 	for _, vs := range g.membersOf(vgs, content) {
 		left = true
-		if hasFinalizer(vs, protocol.SnapshotInGroupFinalizer) {
+		if kube.HasFinalizer(vs, protocol.SnapshotInGroupFinalizer) {
 			updated := vs.DeepCopy()
-			updated.Finalizers, _ = withFinalizers(vs.Finalizers, nil, []string{protocol.SnapshotInGroupFinalizer})
+			updated.Finalizers, _ = kube.WithFinalizers(vs.Finalizers, nil, []string{protocol.SnapshotInGroupFinalizer})
 			var err error
 			if vs, err = g.patchSnapshot(ctx, vs, updated); err != nil {
 				return true, ignoreNotFound(err)

@@ -12,6 +12,7 @@ import (
 
 	groupv1 "github.com/shutter-csi/shutter/client/apis/volumegroupsnapshot/v1"
 	"github.com/shutter-csi/shutter/pkg/controller"
+	"github.com/shutter-csi/shutter/pkg/kube"
 	"github.com/shutter-csi/shutter/pkg/metrics"
 	"github.com/shutter-csi/shutter/pkg/protocol"
 )
@@ -80,12 +81,12 @@ func (g *groups) syncBoundGroup(ctx context.Context, vgs *groupv1.VolumeGroupSna
 			content.Name, ref.Namespace, ref.Name, ref.UID))
 	}
 	var err error
-	if content.DeletionTimestamp == nil && (ref.UID == "" || !hasFinalizer(content, protocol.GroupContentBoundFinalizer)) {
+	if content.DeletionTimestamp == nil && (ref.UID == "" || !kube.HasFinalizer(content, protocol.GroupContentBoundFinalizer)) {
 		updated := content.DeepCopy()
 		updated.Spec.VolumeGroupSnapshotRef.UID = vgs.UID
 		updated.Spec.VolumeGroupSnapshotRef.APIVersion = groupv1.SchemeGroupVersion.String()
 		updated.Spec.VolumeGroupSnapshotRef.Kind = "VolumeGroupSnapshot"
-		updated.Finalizers, _ = withFinalizers(updated.Finalizers, []string{protocol.GroupContentBoundFinalizer}, nil)
+		updated.Finalizers, _ = kube.WithFinalizers(updated.Finalizers, []string{protocol.GroupContentBoundFinalizer}, nil)
 		if content, err = patchObject(ctx, g.contentClient.GroupsnapshotV1().VolumeGroupSnapshotContents().Patch, g.contentWrites, content, updated); err != nil {
 			return err
 		}
@@ -101,7 +102,7 @@ func (g *groups) syncBoundGroup(ctx context.Context, vgs *groupv1.VolumeGroupSna
 }
 
 func (g *groups) ensureGroupFinalizer(ctx context.Context, vgs *groupv1.VolumeGroupSnapshot) (*groupv1.VolumeGroupSnapshot, error) {
-	finalizers, changed := withFinalizers(vgs.Finalizers, []string{protocol.GroupSnapshotBoundFinalizer}, nil)
+	finalizers, changed := kube.WithFinalizers(vgs.Finalizers, []string{protocol.GroupSnapshotBoundFinalizer}, nil)
 	if !changed {
 		return vgs, nil
 	}

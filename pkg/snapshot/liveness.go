@@ -19,6 +19,7 @@ import (
 	"k8s.io/klog/v2"
 
 	snapshotv1 "github.com/shutter-csi/shutter/client/apis/volumesnapshot/v1"
+	"github.com/shutter-csi/shutter/pkg/kube"
 	"github.com/shutter-csi/shutter/pkg/metrics"
 	"github.com/shutter-csi/shutter/pkg/protocol"
 )
@@ -105,7 +106,7 @@ func (c *Controller) waitingContents(now time.Time) map[string][]*snapshotv1.Vol
 		since, waits := content.CreationTimestamp.Time, false
 		switch {
 		case content.DeletionTimestamp != nil:
-			since, waits = content.DeletionTimestamp.Time, hasFinalizer(content, protocol.ContentBoundFinalizer)
+			since, waits = content.DeletionTimestamp.Time, kube.HasFinalizer(content, protocol.ContentBoundFinalizer)
 		default:
 			st := content.Status
 			ready, failed := st != nil && st.ReadyToUse != nil && *st.ReadyToUse, st != nil && st.Error != nil

@@ -13,6 +13,7 @@ import (
 
 	snapshotv1 "github.com/shutter-csi/shutter/client/apis/volumesnapshot/v1"
 	"github.com/shutter-csi/shutter/pkg/controller"
+	"github.com/shutter-csi/shutter/pkg/kube"
 	"github.com/shutter-csi/shutter/pkg/protocol"
 )
 
@@ -58,7 +59,7 @@ func (c *Controller) sourceVolume(vs *snapshotv1.VolumeSnapshot) (*corev1.Persis
 		return nil, nil, err
 	}
 	pvc = c.claimWrites.Latest(pvc)
-	if pvc.DeletionTimestamp != nil && !hasFinalizer(pvc, protocol.PVCAsSourceFinalizer) {
+	if pvc.DeletionTimestamp != nil && !kube.HasFinalizer(pvc, protocol.PVCAsSourceFinalizer) {
 		return nil, nil, fmt.Errorf("source PersistentVolumeClaim %s is being deleted", name)
 	}
 	if pvc.Status.Phase != corev1.ClaimBound || pvc.Spec.VolumeName == "" {
@@ -185,7 +186,7 @@ func volumeNode(pv *corev1.PersistentVolume) (string, error) {
 
 // protectClaim adds the pvc-as-source finalizer while a snapshot of the claim is being taken.
 func (c *Controller) protectClaim(ctx context.Context, pvc *corev1.PersistentVolumeClaim) error {
-	finalizers, changed := withFinalizers(pvc.Finalizers, []string{protocol.PVCAsSourceFinalizer}, nil)
+	finalizers, changed := kube.WithFinalizers(pvc.Finalizers, []string{protocol.PVCAsSourceFinalizer}, nil)
 	if !changed {
 		return nil
 	}
@@ -207,7 +208,7 @@ func (c *Controller) releaseClaim(ctx context.Context, vs *snapshotv1.VolumeSnap
 		return ignoreNotFound(err)
 	}
 	pvc = c.claimWrites.Latest(pvc)
-	if !hasFinalizer(pvc, protocol.PVCAsSourceFinalizer) {
+	if !kube.HasFinalizer(pvc, protocol.PVCAsSourceFinalizer) {
 		return nil
 	}
 	for _, other := range indexed[*snapshotv1.VolumeSnapshot](c.snapshotIndexer, bySourcePVC, nsName(pvc.Namespace, pvc.Name)) {
@@ -217,7 +218,7 @@ func (c *Controller) releaseClaim(ctx context.Context, vs *snapshotv1.VolumeSnap
 		}
 	}
 	updated := pvc.DeepCopy()
-	updated.Finalizers, _ = withFinalizers(pvc.Finalizers, nil, []string{protocol.PVCAsSourceFinalizer})
+	updated.Finalizers, _ = kube.WithFinalizers(pvc.Finalizers, nil, []string{protocol.PVCAsSourceFinalizer})
 	_, err = c.patchClaim(ctx, pvc, updated)
 	return err
 }

@@ -11,6 +11,7 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/shutter-csi/shutter/pkg/controller"
+	"github.com/shutter-csi/shutter/pkg/kube"
 	"github.com/shutter-csi/shutter/pkg/protocol"
 )
 
@@ -38,7 +39,7 @@ func (r releaser[T]) release(ctx context.Context, content T, deletePolicy bool) 
 		return controller.RequeueAfter(beingCreatedWait, "content is still being created")
 	}
 	deleting := content.GetDeletionTimestamp() != nil
-	protect := deletePolicy && !deleting && !hasFinalizer(content, r.finalizer)
+	protect := deletePolicy && !deleting && !kube.HasFinalizer(content, r.finalizer)
 	if _, marked := annotations[r.beingDeleted]; !marked || protect {
 		updated, err := r.mark(ctx, content, protect)
 		if apierrors.IsNotFound(err) {
@@ -48,7 +49,7 @@ func (r releaser[T]) release(ctx context.Context, content T, deletePolicy bool) 
 		}
 		content = updated
 	}
-	if deletePolicy && deleting && !hasFinalizer(content, r.finalizer) {
+	if deletePolicy && deleting && !kube.HasFinalizer(content, r.finalizer) {
 		// Deleted by someone else before it was protected; nobody can delete its backend snapshot.
 		klog.FromContext(ctx).Info("Content deleted without its finalizer: its backend snapshot is not deleted",
 			"content", content.GetName())
@@ -72,7 +73,7 @@ func (r releaser[T]) mark(ctx context.Context, content T, protect bool) (T, erro
 		"annotations":     map[string]string{r.beingDeleted: protocol.AnnValueYes},
 	}
 	if protect {
-		meta["finalizers"], _ = withFinalizers(content.GetFinalizers(), []string{r.finalizer}, nil)
+		meta["finalizers"], _ = kube.WithFinalizers(content.GetFinalizers(), []string{r.finalizer}, nil)
 		klog.FromContext(ctx).V(2).Info("Protecting content before deleting it", "content", content.GetName())
 	}
 	patch, err := json.Marshal(map[string]any{"metadata": meta})

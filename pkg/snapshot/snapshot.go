@@ -14,6 +14,7 @@ import (
 
 	snapshotv1 "github.com/shutter-csi/shutter/client/apis/volumesnapshot/v1"
 	"github.com/shutter-csi/shutter/pkg/controller"
+	"github.com/shutter-csi/shutter/pkg/kube"
 	"github.com/shutter-csi/shutter/pkg/metrics"
 	"github.com/shutter-csi/shutter/pkg/protocol"
 )
@@ -82,7 +83,7 @@ func (c *Controller) syncBound(ctx context.Context, vs *snapshotv1.VolumeSnapsho
 		return c.fail(ctx, vs, ReasonBindingInvalid, fmt.Errorf("VolumeSnapshotContent %s is bound to VolumeSnapshot %s/%s (uid %q), not to this one",
 			content.Name, ref.Namespace, ref.Name, ref.UID))
 	}
-	if content.DeletionTimestamp == nil && (ref.UID == "" || !hasFinalizer(content, protocol.ContentBoundFinalizer)) {
+	if content.DeletionTimestamp == nil && (ref.UID == "" || !kube.HasFinalizer(content, protocol.ContentBoundFinalizer)) {
 		var err error
 		if content, err = c.bindContent(ctx, content, vs); err != nil {
 			return err
@@ -104,7 +105,7 @@ func (c *Controller) bindContent(ctx context.Context, content *snapshotv1.Volume
 	updated.Spec.VolumeSnapshotRef.UID = vs.UID
 	updated.Spec.VolumeSnapshotRef.APIVersion = snapshotv1.SchemeGroupVersion.String()
 	updated.Spec.VolumeSnapshotRef.Kind = "VolumeSnapshot"
-	updated.Finalizers, _ = withFinalizers(updated.Finalizers, []string{protocol.ContentBoundFinalizer}, nil)
+	updated.Finalizers, _ = kube.WithFinalizers(updated.Finalizers, []string{protocol.ContentBoundFinalizer}, nil)
 	klog.FromContext(ctx).V(2).Info("Binding content", "content", content.Name)
 	return c.patchContent(ctx, content, updated)
 }
@@ -117,7 +118,7 @@ func (c *Controller) ensureSnapshotFinalizers(ctx context.Context, vs *snapshotv
 	if policy == snapshotv1.VolumeSnapshotContentDelete {
 		want = append(want, protocol.SnapshotBoundFinalizer)
 	}
-	finalizers, changed := withFinalizers(vs.Finalizers, want, nil)
+	finalizers, changed := kube.WithFinalizers(vs.Finalizers, want, nil)
 	recordClass := defaultClass != "" && vs.Spec.VolumeSnapshotClassName == nil
 	if !changed && !recordClass {
 		return vs, nil
@@ -216,13 +217,4 @@ func (c *Controller) fail(ctx context.Context, vs *snapshotv1.VolumeSnapshot, re
 	klog.FromContext(ctx).V(2).Info("Snapshot failed", "reason", reason, "err", msg)
 	c.recorder.Event(vs, corev1.EventTypeWarning, reason, msg)
 	return controller.Final(cause)
-}
-
-func hasFinalizer(obj metav1.Object, finalizer string) bool {
-	for _, f := range obj.GetFinalizers() {
-		if f == finalizer {
-			return true
-		}
-	}
-	return false
 }

@@ -2,16 +2,15 @@ package snapshot
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 
-	jsonpatch "gopkg.in/evanphx/json-patch.v4"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 
 	snapshotv1 "github.com/shutter-csi/shutter/client/apis/volumesnapshot/v1"
 	"github.com/shutter-csi/shutter/pkg/controller"
+	"github.com/shutter-csi/shutter/pkg/kube"
 )
 
 // Every API write of the controller goes through this file: metadata changes as JSON merge
@@ -25,10 +24,9 @@ type patchFunc[T any] func(ctx context.Context, name string, pt types.PatchType,
 // patchObject sends the merge patch that turns old into updated, on the condition that old is
 // still current, and records the result.
 func patchObject[T metav1.Object](ctx context.Context, patch patchFunc[T], writes *controller.Writes[T], old, updated T) (T, error) {
-	data, err := mergePatch(old, updated)
-	if err != nil {
-		var zero T
-		return zero, err
+	data, err := kube.MergePatch(old, updated)
+	if err != nil || data == nil {
+		return old, err
 	}
 	result, err := patch(ctx, old.GetName(), types.MergePatchType, data, metav1.PatchOptions{})
 	if err != nil {
@@ -37,34 +35,6 @@ func patchObject[T metav1.Object](ctx context.Context, patch patchFunc[T], write
 	}
 	writes.Record(result)
 	return result, nil
-}
-
-// mergePatch is the JSON merge patch from old to updated, with old's resourceVersion as the
-// precondition. Lists such as finalizers are replaced whole, which the precondition makes safe.
-func mergePatch(old, updated metav1.Object) ([]byte, error) {
-	before, err := json.Marshal(old)
-	if err != nil {
-		return nil, err
-	}
-	after, err := json.Marshal(updated)
-	if err != nil {
-		return nil, err
-	}
-	data, err := jsonpatch.CreateMergePatch(before, after)
-	if err != nil {
-		return nil, err
-	}
-	var patch map[string]any
-	if err := json.Unmarshal(data, &patch); err != nil {
-		return nil, err
-	}
-	meta, _ := patch["metadata"].(map[string]any)
-	if meta == nil {
-		meta = map[string]any{}
-		patch["metadata"] = meta
-	}
-	meta["resourceVersion"] = old.GetResourceVersion()
-	return json.Marshal(patch)
 }
 
 func (c *Controller) patchSnapshot(ctx context.Context, old, updated *snapshotv1.VolumeSnapshot) (*snapshotv1.VolumeSnapshot, error) {
