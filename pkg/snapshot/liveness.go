@@ -97,7 +97,7 @@ func (c *Controller) runLiveness(ctx context.Context) {
 // waitingContents returns, per driver, the contents that have waited longer than the threshold
 // for their sidecar: to be created, or deleted from the backend.
 func (c *Controller) waitingContents(now time.Time) map[string][]*snapshotv1.VolumeSnapshotContent {
-	contents, err := c.contents.List(everything)
+	contents, err := c.single.contents.List(everything)
 	if err != nil {
 		return nil
 	}
@@ -158,7 +158,7 @@ func (c *Controller) warnNoSidecar(ctx context.Context, content *snapshotv1.Volu
 		content.Name, now.Sub(since).Round(time.Second), content.Spec.Driver, what, strings.Join(protocol.SidecarLeaseNames(content.Spec.Driver), " or "))
 	klog.FromContext(ctx).Info("No live sidecar for a waiting content", "content", klog.KObj(content), "driver", content.Spec.Driver)
 	ref := content.Spec.VolumeSnapshotRef
-	if vs, err := c.snapshots.VolumeSnapshots(ref.Namespace).Get(ref.Name); err == nil && (ref.UID == "" || vs.UID == ref.UID) {
+	if vs, err := c.single.snapshots.VolumeSnapshots(ref.Namespace).Get(ref.Name); err == nil && (ref.UID == "" || vs.UID == ref.UID) {
 		c.recorder.Event(vs, corev1.EventTypeWarning, ReasonNoSidecar, msg)
 		return
 	}
