@@ -31,17 +31,6 @@ func keys[T metav1.Object](list func(labels.Selector) ([]T, error)) []controller
 	return out
 }
 
-// boundContentName is the content a snapshot is bound to, or names as its source, or "".
-func boundContentName(vs *snapshotv1.VolumeSnapshot) string {
-	if vs.Status != nil && vs.Status.BoundVolumeSnapshotContentName != nil {
-		return *vs.Status.BoundVolumeSnapshotContentName
-	}
-	if vs.Spec.Source.VolumeSnapshotContentName != nil {
-		return *vs.Spec.Source.VolumeSnapshotContentName
-	}
-	return ""
-}
-
 func isReady(vs *snapshotv1.VolumeSnapshot) bool {
 	return vs.Status != nil && vs.Status.ReadyToUse != nil && *vs.Status.ReadyToUse
 }
