@@ -139,29 +139,38 @@ func New(clients Clients, kubeInformers informers.SharedInformerFactory,
 	r.contentQueue = controller.NewQueue(singleKeys.contentQueue, opts.Retry, r.syncContentKey)
 	c.singles = r
 
+	if err := c.watch(vs.Informer(), vsc.Informer(), class.Informer(), pvc.Informer()); err != nil {
+		return nil, err
+	}
+	c.synced = append(c.synced, pv.Informer().HasSynced)
+	return c, nil
+}
+
+// watch queues the single kinds' keys on the informers' events.
+func (c *Controller) watch(vs, vsc, class, pvc cache.SharedIndexInformer) error {
+	r := c.singles
 	handlers := []struct {
 		informer cache.SharedIndexInformer
 		handler  cache.ResourceEventHandler
 	}{
-		{vs.Informer(), controller.HandlerWithInitialList(c.writes.snapshots.Cache(), c.onSnapshot, func(vs *snapshotv1.VolumeSnapshot) {
+		{vs, controller.HandlerWithInitialList(c.writes.snapshots.Cache(), c.onSnapshot, func(vs *snapshotv1.VolumeSnapshot) {
 			r.snapshotQueue.AddPaced(controller.KeyOf(vs))
 		})},
-		{vsc.Informer(), controller.HandlerWithInitialList(c.writes.contents.Cache(), r.onContent, func(vsc *snapshotv1.VolumeSnapshotContent) {
+		{vsc, controller.HandlerWithInitialList(c.writes.contents.Cache(), r.onContent, func(vsc *snapshotv1.VolumeSnapshotContent) {
 			r.contentQueue.AddPaced(controller.KeyOf(vsc))
 		})},
 		// Claims and classes only wake snapshots, which their own first list queues.
-		{pvc.Informer(), controller.HandlerWithInitialList(c.writes.claims.Cache(), c.onClaim, func(*corev1.PersistentVolumeClaim) {})},
-		{class.Informer(), controller.HandlerWithInitialList(nil, func(*snapshotv1.VolumeSnapshotClass) { r.requeueUnbound() },
+		{pvc, controller.HandlerWithInitialList(c.writes.claims.Cache(), c.onClaim, func(*corev1.PersistentVolumeClaim) {})},
+		{class, controller.HandlerWithInitialList(nil, func(*snapshotv1.VolumeSnapshotClass) { r.requeueUnbound() },
 			func(*snapshotv1.VolumeSnapshotClass) {})},
 	}
 	for _, h := range handlers {
 		if _, err := h.informer.AddEventHandler(h.handler); err != nil {
-			return nil, fmt.Errorf("add event handler: %w", err)
+			return fmt.Errorf("add event handler: %w", err)
 		}
 		c.synced = append(c.synced, h.informer.HasSynced)
 	}
-	c.synced = append(c.synced, pv.Informer().HasSynced)
-	return c, nil
+	return nil
 }
 
 // newReconciler is a reconciler of kind k with the controller's settings; the caller adds its
