@@ -60,14 +60,40 @@ type reconciler[T kube.Object[T]] struct {
 	// readiness spaces the checks of snapshots that are not ready yet, per key.
 	readiness *flowcontrol.Backoff
 
-	mu sync.Mutex
 	// failedAt holds, per key, the resourceVersion the sidecar wrote a final create error at:
 	// creation is not tried again until someone else changes the object.
-	failedAt map[controller.Key]string
+	failedAt *marks[string]
 	// released holds, per key, the uid of an object whose last finalizer the sidecar removed
 	// while it was being deleted. The API server answers such a write with the object as it
 	// was before (it is gone now), so the own-write cache cannot tell that copy from a stale one.
-	released map[controller.Key]types.UID
+	released *marks[types.UID]
+}
+
+// marks remember one value per key.
+type marks[V comparable] struct {
+	mu sync.Mutex
+	m  map[controller.Key]V
+}
+
+func newMarks[V comparable]() *marks[V] { return &marks[V]{m: map[controller.Key]V{}} }
+
+// is tells whether v is the value remembered for key (the zero value when none is).
+func (m *marks[V]) is(key controller.Key, v V) bool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.m[key] == v
+}
+
+func (m *marks[V]) set(key controller.Key, v V) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.m[key] = v
+}
+
+func (m *marks[V]) forget(key controller.Key) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	delete(m.m, key)
 }
 
 func newReconciler[T kube.Object[T]](k kind[T], cfg config, kubeClient kubernetes.Interface, recorder record.EventRecorder, m *metrics) *reconciler[T] {
@@ -77,8 +103,8 @@ func newReconciler[T kube.Object[T]](k kind[T], cfg config, kubeClient kubernete
 			kube.WriterOptions{FieldManager: fieldManager, Count: m.write}),
 		clock:     clock.RealClock{},
 		readiness: flowcontrol.NewBackOff(cfg.retryStart, cfg.retryMax),
-		failedAt:  map[controller.Key]string{},
-		released:  map[controller.Key]types.UID{},
+		failedAt:  newMarks[string](),
+		released:  newMarks[types.UID](),
 	}
 }
 
@@ -115,13 +141,13 @@ func (r *reconciler[T]) sync(ctx context.Context, key controller.Key) error {
 		return nil
 	case creating:
 		return r.create(ctx, obj)
-	case r.kind.dynamic(obj) && !r.kind.created(obj):
-		if r.kind.errorMessage(obj) != "" && r.failedSince(key, obj) {
+	case r.kind.dynamic(obj) && r.kind.state(obj).handle == "":
+		if r.kind.state(obj).message != "" && r.failedSince(key, obj) {
 			logger.V(4).Info("Create failed before, waiting for a change")
 			return nil
 		}
 		return r.create(ctx, obj)
-	case !r.kind.created(obj) || !r.kind.ready(obj):
+	case r.kind.state(obj).handle == "" || !r.kind.state(obj).ready:
 		return r.refresh(ctx, obj)
 	default:
 		r.readiness.Reset(key.String())
@@ -151,35 +177,23 @@ func (r *reconciler[T]) syncDeletion(ctx context.Context, obj T) error {
 
 // failedSince tells whether obj is unchanged since the sidecar recorded a final create error.
 func (r *reconciler[T]) failedSince(key controller.Key, obj T) bool {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	return r.failedAt[key] == obj.GetResourceVersion()
+	return r.failedAt.is(key, obj.GetResourceVersion())
 }
 
 func (r *reconciler[T]) markFailed(key controller.Key, obj T) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	r.failedAt[key] = obj.GetResourceVersion()
+	r.failedAt.set(key, obj.GetResourceVersion())
 }
 
 // isReleased tells whether the sidecar removed obj's last finalizer while it was being deleted.
 func (r *reconciler[T]) isReleased(key controller.Key, obj T) bool {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	return r.released[key] == obj.GetUID()
+	return r.released.is(key, obj.GetUID())
 }
 
-func (r *reconciler[T]) markReleased(key controller.Key, obj T) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	r.released[key] = obj.GetUID()
-}
+func (r *reconciler[T]) markReleased(key controller.Key, obj T) { r.released.set(key, obj.GetUID()) }
 
 func (r *reconciler[T]) forget(key controller.Key) {
-	r.mu.Lock()
-	delete(r.failedAt, key)
-	delete(r.released, key)
-	r.mu.Unlock()
+	r.failedAt.forget(key)
+	r.released.forget(key)
 	r.readiness.Reset(key.String())
 }
 

@@ -74,7 +74,7 @@ func (r *reconciler[T]) createDone(ctx context.Context, obj, result T) error {
 	if obj, err = r.writer.Patch(ctx, obj, kube.WithAnnotation(obj, r.kind.keys().beingCreated, "")); err != nil {
 		return err
 	}
-	klog.FromContext(ctx).V(2).Info("Created backend snapshot", "ready", r.kind.ready(obj))
+	klog.FromContext(ctx).V(2).Info("Created backend snapshot", "ready", r.kind.state(obj).ready)
 	return r.waitReady(ctx, obj)
 }
 
@@ -82,7 +82,7 @@ func (r *reconciler[T]) createDone(ctx context.Context, obj, result T) error {
 // removed. Creation is not tried again until the object changes.
 func (r *reconciler[T]) createFailed(ctx context.Context, obj T, cause error) error {
 	msg := "Failed to create snapshot: " + cause.Error()
-	obj, err := r.writer.PatchStatus(ctx, obj, r.kind.withError(obj, msg, r.clock.Now()))
+	obj, err := r.writer.PatchStatus(ctx, obj, withError(r.kind, obj, msg, r.clock.Now()))
 	if err != nil {
 		return err
 	}
@@ -149,7 +149,7 @@ func (r *reconciler[T]) checkFailed(ctx context.Context, obj T, cause error) err
 // that doubles per check up to --retry-interval-max. No write is made to trigger it.
 func (r *reconciler[T]) waitReady(ctx context.Context, obj T) error {
 	key := controller.KeyOf(obj).String()
-	if r.kind.ready(obj) {
+	if r.kind.state(obj).ready {
 		r.readiness.Reset(key)
 		return nil
 	}
@@ -182,7 +182,7 @@ func (r *reconciler[T]) deleteBackend(ctx context.Context, obj T) error {
 	}
 	klog.FromContext(ctx).V(2).Info("Deleted backend snapshot", "handle", handle)
 	if len(kube.WithoutFinalizer(obj, r.kind.keys().finalizer).GetFinalizers()) > 0 {
-		if obj, err = r.writer.PatchStatus(ctx, obj, r.kind.withoutHandle(obj)); err != nil {
+		if obj, err = r.writer.PatchStatus(ctx, obj, withoutHandle(r.kind, obj)); err != nil {
 			return err
 		}
 	}
@@ -222,10 +222,10 @@ func (r *reconciler[T]) reportInput(ctx context.Context, obj T, cause error) err
 // report writes msg to status.error, unless it is there already, and records a Warning event.
 func (r *reconciler[T]) report(ctx context.Context, obj T, reason, msg string) error {
 	klog.FromContext(ctx).V(2).Info("Snapshot error", "reason", reason, "message", msg)
-	if r.kind.errorMessage(obj) == msg {
+	if r.kind.state(obj).message == msg {
 		return nil
 	}
-	if _, err := r.writer.PatchStatus(ctx, obj, r.kind.withError(obj, msg, r.clock.Now())); err != nil {
+	if _, err := r.writer.PatchStatus(ctx, obj, withError(r.kind, obj, msg, r.clock.Now())); err != nil {
 		return err
 	}
 	r.event(obj, corev1.EventTypeWarning, reason, msg)
