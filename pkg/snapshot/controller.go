@@ -173,7 +173,7 @@ func (c *Controller) watch(vs, vsc, class, pvc cache.SharedIndexInformer) error 
 	return nil
 }
 
-// newReconciler is a reconciler of kind k with the controller's settings; the caller adds its
+// newReconcilerOf is a reconciler of kind k with the controller's settings; the caller adds its
 // queues.
 func newReconcilerOf[S kube.Object[S], C kube.Object[C]](c *Controller, k kind[S, C], keys kindKeys, snapshots *kube.Writer[S],
 	contents *kube.Writer[C], statusGrace time.Duration) *reconciler[S, C] {

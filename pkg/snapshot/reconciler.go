@@ -30,7 +30,7 @@ type kind[S kube.Object[S], C kube.Object[C]] interface {
 	getSnapshot(namespace, name string) (S, error)
 	liveSnapshot(ctx context.Context, namespace, name string) (S, error)
 	listSnapshots(labels.Selector) ([]S, error)
-	// statusContent is the content name status.bound... records, sourceContent the one a
+	// statusContent is the content name the status records as bound, sourceContent the one a
 	// pre-provisioned snapshot names; "" for none.
 	statusContent(s S) string
 	sourceContent(s S) string
