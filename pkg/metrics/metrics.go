@@ -76,6 +76,25 @@ const (
 	ReconcileFinal        = "final" // reported to the user; not retried until the object changes
 )
 
+// Writes to the API server, counted by kind, what was written (create, metadata, status,
+// delete) and result; and the csi-snapshotter sidecar's own metrics (shutter_snapshotter_*).
+const (
+	ControllerAPIWrites = "controller_api_writes_total"
+
+	SidecarSubsystem        = "snapshotter"
+	SidecarOperations       = "operations_total"
+	SidecarOperationSeconds = "operation_duration_seconds"
+	SidecarAPIWrites        = "api_writes_total"
+	// CSIMetricPrefix starts the names of the CSI call metrics that csi-lib-utils records.
+	CSIMetricPrefix = "csi_"
+
+	LabelOutcome = "outcome"
+	LabelWrite   = "write"
+
+	ResultOK    = "ok"
+	ResultError = "error"
+)
+
 // Operations is the latency of whole snapshot operations, from request to outcome.
 var Operations = prometheus.NewHistogramVec(prometheus.HistogramOpts{
 	Namespace: Namespace, Name: OperationDuration,

@@ -3,9 +3,7 @@ package sidecar
 import (
 	"context"
 	"fmt"
-	"time"
 
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/ptr"
 
@@ -13,6 +11,7 @@ import (
 	clientset "github.com/shutter-csi/shutter/client/clientset/versioned"
 	listers "github.com/shutter-csi/shutter/client/listers/volumesnapshot/v1"
 	"github.com/shutter-csi/shutter/pkg/csi"
+	"github.com/shutter-csi/shutter/pkg/kube"
 	"github.com/shutter-csi/shutter/pkg/protocol"
 )
 
@@ -25,8 +24,6 @@ type contentKind struct {
 	classes  listers.VolumeSnapshotClassLister
 	csi      csi.Client
 }
-
-var _ kind[content] = contentKind{}
 
 var contentKeys = kindKeys{
 	name:                    "volumeSnapshotContent",
@@ -43,8 +40,8 @@ func (contentKind) keys() kindKeys { return contentKeys }
 
 func (k contentKind) get(name string) (content, error) { return k.contents.Get(name) }
 
-func (k contentKind) patch(ctx context.Context, name string, pt types.PatchType, data []byte, opts metav1.PatchOptions, sub ...string) (content, error) {
-	return k.client.SnapshotV1().VolumeSnapshotContents().Patch(ctx, name, pt, data, opts, sub...)
+func (k contentKind) writeClient(string) kube.Client[content] {
+	return k.client.SnapshotV1().VolumeSnapshotContents()
 }
 
 func (contentKind) driver(c content) string { return c.Spec.Driver }
@@ -60,19 +57,11 @@ func (contentKind) refUID(c content) types.UID { return c.Spec.VolumeSnapshotRef
 
 func (contentKind) policy(c content) snapshotv1.DeletionPolicy { return c.Spec.DeletionPolicy }
 
-func (contentKind) created(c content) bool {
-	return c.Status != nil && ptr.Deref(c.Status.SnapshotHandle, "") != ""
-}
-
-func (contentKind) ready(c content) bool {
-	return c.Status != nil && ptr.Deref(c.Status.ReadyToUse, false)
-}
-
-func (contentKind) errorMessage(c content) string {
-	if c.Status == nil || c.Status.Error == nil {
-		return ""
+func (contentKind) state(c content) state {
+	if c.Status == nil {
+		return state{}
 	}
-	return ptr.Deref(c.Status.Error.Message, "")
+	return stateOf(c.Status.SnapshotHandle, c.Status.ReadyToUse, c.Status.Error)
 }
 
 func (contentKind) deletable(c content) string {
@@ -83,15 +72,7 @@ func (contentKind) deletable(c content) string {
 }
 
 func (k contentKind) class(c content) (map[string]string, error) {
-	name := ptr.Deref(c.Spec.VolumeSnapshotClassName, "")
-	if name == "" {
-		return nil, nil
-	}
-	class, err := k.classes.Get(name)
-	if err != nil {
-		return nil, fmt.Errorf("cannot read VolumeSnapshotClass %s: %w", name, err)
-	}
-	return class.Parameters, nil
+	return classParameters("VolumeSnapshotClass", c.Spec.VolumeSnapshotClassName, k.classes.Get, func(class *snapshotv1.VolumeSnapshotClass) map[string]string { return class.Parameters })
 }
 
 func (contentKind) templates(c content) protocol.TemplateValues {
@@ -149,21 +130,10 @@ func withSnapshot(c content, s *csi.Snapshot) content {
 	return c
 }
 
-func (contentKind) withError(c content, msg string, now time.Time) content {
+func (contentKind) withStatus(c content) (content, statusFields) {
 	c = c.DeepCopy()
 	if c.Status == nil {
 		c.Status = &snapshotv1.VolumeSnapshotContentStatus{}
 	}
-	c.Status.Error = &snapshotv1.VolumeSnapshotError{Time: &metav1.Time{Time: now}, Message: ptr.To(msg)}
-	return c
-}
-
-func (contentKind) withoutHandle(c content) content {
-	c = c.DeepCopy()
-	if c.Status == nil {
-		c.Status = &snapshotv1.VolumeSnapshotContentStatus{}
-	}
-	c.Status.SnapshotHandle = nil
-	c.Status.ReadyToUse = nil
-	return c
+	return c, statusFields{handle: &c.Status.SnapshotHandle, ready: &c.Status.ReadyToUse, err: &c.Status.Error}
 }

@@ -3,7 +3,6 @@ package sidecar
 import (
 	"context"
 	"fmt"
-	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -14,6 +13,7 @@ import (
 	clientset "github.com/shutter-csi/shutter/client/clientset/versioned"
 	grouplisters "github.com/shutter-csi/shutter/client/listers/volumegroupsnapshot/v1"
 	"github.com/shutter-csi/shutter/pkg/csi"
+	"github.com/shutter-csi/shutter/pkg/kube"
 	"github.com/shutter-csi/shutter/pkg/protocol"
 )
 
@@ -26,8 +26,6 @@ type groupKind struct {
 	classes  grouplisters.VolumeGroupSnapshotClassLister
 	csi      csi.Client
 }
-
-var _ kind[groupContent] = groupKind{}
 
 var groupKeys = kindKeys{
 	name:                    "volumeGroupSnapshotContent",
@@ -44,8 +42,8 @@ func (groupKind) keys() kindKeys { return groupKeys }
 
 func (k groupKind) get(name string) (groupContent, error) { return k.contents.Get(name) }
 
-func (k groupKind) patch(ctx context.Context, name string, pt types.PatchType, data []byte, opts metav1.PatchOptions, sub ...string) (groupContent, error) {
-	return k.client.GroupsnapshotV1().VolumeGroupSnapshotContents().Patch(ctx, name, pt, data, opts, sub...)
+func (k groupKind) writeClient(string) kube.Client[groupContent] {
+	return k.client.GroupsnapshotV1().VolumeGroupSnapshotContents()
 }
 
 func (groupKind) driver(g groupContent) string { return g.Spec.Driver }
@@ -58,19 +56,11 @@ func (groupKind) refUID(g groupContent) types.UID { return g.Spec.VolumeGroupSna
 
 func (groupKind) policy(g groupContent) snapshotv1.DeletionPolicy { return g.Spec.DeletionPolicy }
 
-func (groupKind) created(g groupContent) bool {
-	return g.Status != nil && ptr.Deref(g.Status.VolumeGroupSnapshotHandle, "") != ""
-}
-
-func (groupKind) ready(g groupContent) bool {
-	return g.Status != nil && ptr.Deref(g.Status.ReadyToUse, false)
-}
-
-func (groupKind) errorMessage(g groupContent) string {
-	if g.Status == nil || g.Status.Error == nil {
-		return ""
+func (groupKind) state(g groupContent) state {
+	if g.Status == nil {
+		return state{}
 	}
-	return ptr.Deref(g.Status.Error.Message, "")
+	return stateOf(g.Status.VolumeGroupSnapshotHandle, g.Status.ReadyToUse, g.Status.Error)
 }
 
 func (groupKind) deletable(g groupContent) string {
@@ -98,15 +88,7 @@ func memberHandles(g groupContent) []string {
 }
 
 func (k groupKind) class(g groupContent) (map[string]string, error) {
-	name := ptr.Deref(g.Spec.VolumeGroupSnapshotClassName, "")
-	if name == "" {
-		return nil, nil
-	}
-	class, err := k.classes.Get(name)
-	if err != nil {
-		return nil, fmt.Errorf("cannot read VolumeGroupSnapshotClass %s: %w", name, err)
-	}
-	return class.Parameters, nil
+	return classParameters("VolumeGroupSnapshotClass", g.Spec.VolumeGroupSnapshotClassName, k.classes.Get, func(class *groupv1.VolumeGroupSnapshotClass) map[string]string { return class.Parameters })
 }
 
 func (groupKind) templates(g groupContent) protocol.TemplateValues {
@@ -175,21 +157,10 @@ func withGroupSnapshot(g groupContent, s *csi.GroupSnapshot) groupContent {
 	return g
 }
 
-func (groupKind) withError(g groupContent, msg string, now time.Time) groupContent {
+func (groupKind) withStatus(g groupContent) (groupContent, statusFields) {
 	g = g.DeepCopy()
 	if g.Status == nil {
 		g.Status = &groupv1.VolumeGroupSnapshotContentStatus{}
 	}
-	g.Status.Error = &snapshotv1.VolumeSnapshotError{Time: &metav1.Time{Time: now}, Message: ptr.To(msg)}
-	return g
-}
-
-func (groupKind) withoutHandle(g groupContent) groupContent {
-	g = g.DeepCopy()
-	if g.Status == nil {
-		g.Status = &groupv1.VolumeGroupSnapshotContentStatus{}
-	}
-	g.Status.VolumeGroupSnapshotHandle = nil
-	g.Status.ReadyToUse = nil
-	return g
+	return g, statusFields{handle: &g.Status.VolumeGroupSnapshotHandle, ready: &g.Status.ReadyToUse, err: &g.Status.Error}
 }

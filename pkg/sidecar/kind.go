@@ -3,34 +3,29 @@ package sidecar
 import (
 	"context"
 	"errors"
+	"fmt"
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/runtime"
+
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/utils/ptr"
 
 	snapshotv1 "github.com/shutter-csi/shutter/client/apis/volumesnapshot/v1"
+	"github.com/shutter-csi/shutter/pkg/kube"
 	"github.com/shutter-csi/shutter/pkg/protocol"
 )
-
-// object is what the sidecar reconciles: a VolumeSnapshotContent or a
-// VolumeGroupSnapshotContent, as a pointer that deep-copies to its own type.
-type object[T any] interface {
-	metav1.Object
-	runtime.Object
-	DeepCopy() T
-}
 
 // kind is everything that differs between a content and a group content. The reconciler and
 // its transitions are written once against it; each kind's file adapts its API type and its
 // CSI calls. Methods that return T return a changed deep copy and never change their argument.
-type kind[T object[T]] interface {
+type kind[T kube.Object[T]] interface {
 	// keys are the protocol keys of this kind.
 	keys() kindKeys
 	// get reads the object from the informer's lister.
 	get(name string) (T, error)
-	// patch is the generated client's Patch.
-	patch(ctx context.Context, name string, pt types.PatchType, data []byte, opts metav1.PatchOptions, subresources ...string) (T, error)
+	// writeClient is the generated client of the kind; namespace is empty (contents are cluster-scoped).
+	writeClient(namespace string) kube.Client[T]
 
 	// driver is spec.driver.
 	driver(obj T) string
@@ -43,12 +38,8 @@ type kind[T object[T]] interface {
 	refUID(obj T) types.UID
 	// policy is spec.deletionPolicy.
 	policy(obj T) snapshotv1.DeletionPolicy
-	// created tells whether status records a backend handle.
-	created(obj T) bool
-	// ready tells whether status says readyToUse.
-	ready(obj T) bool
-	// errorMessage is status.error.message, "" for none.
-	errorMessage(obj T) string
+	// state is what status says.
+	state(obj T) state
 	// deletable is the backend handle that deletion must remove, "" for none: the status handle
 	// once status exists, else the handle a pre-provisioned object names.
 	deletable(obj T) string
@@ -67,10 +58,60 @@ type kind[T object[T]] interface {
 	// remove asks the driver to delete the backend snapshot with handle.
 	remove(ctx context.Context, obj T, handle string, secrets map[string]string) error
 
-	// withError returns obj with status.error set to msg at now.
-	withError(obj T, msg string, now time.Time) T
-	// withoutHandle returns obj with the backend handle and readiness cleared from status.
-	withoutHandle(obj T) T
+	// withStatus returns a copy of obj with a status, and the fields of that status both kinds
+	// have, to change.
+	withStatus(obj T) (T, statusFields)
+}
+
+// state is what the reconciler reads of a status.
+type state struct {
+	// handle is the backend handle, "" before the snapshot is created.
+	handle string
+	ready  bool
+	// message is status.error.message, "" for none.
+	message string
+}
+
+// stateOf reads the status fields both kinds have.
+func stateOf(handle *string, ready *bool, e *snapshotv1.VolumeSnapshotError) state {
+	s := state{handle: ptr.Deref(handle, ""), ready: ptr.Deref(ready, false)}
+	if e != nil {
+		s.message = ptr.Deref(e.Message, "")
+	}
+	return s
+}
+
+// statusFields point at the status fields both kinds have, in a copy of an object.
+type statusFields struct {
+	handle **string
+	ready  **bool
+	err    **snapshotv1.VolumeSnapshotError
+}
+
+// withError returns obj with status.error set to msg at now.
+func withError[T kube.Object[T]](k kind[T], obj T, msg string, now time.Time) T {
+	obj, f := k.withStatus(obj)
+	*f.err = &snapshotv1.VolumeSnapshotError{Time: &metav1.Time{Time: now}, Message: ptr.To(msg)}
+	return obj
+}
+
+// withoutHandle returns obj with the backend handle and readiness cleared from status.
+func withoutHandle[T kube.Object[T]](k kind[T], obj T) T {
+	obj, f := k.withStatus(obj)
+	*f.handle, *f.ready = nil, nil
+	return obj
+}
+
+// classParameters are the parameters of the class named, nil when none is named.
+func classParameters[C any](kind string, name *string, get func(string) (C, error), params func(C) map[string]string) (map[string]string, error) {
+	if ptr.Deref(name, "") == "" {
+		return nil, nil
+	}
+	class, err := get(*name)
+	if err != nil {
+		return nil, fmt.Errorf("cannot read %s %s: %w", kind, *name, err)
+	}
+	return params(class), nil
 }
 
 // kindKeys are the protocol keys and names of one kind.

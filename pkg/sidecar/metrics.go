@@ -6,25 +6,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/shutter-csi/shutter/pkg/csi"
-)
-
-// Metric names and labels: every metric the sidecar exports is named here.
-const (
-	metricsNamespace = "shutter"
-	metricsSubsystem = "snapshotter"
-
-	metricOperations       = "operations_total"
-	metricOperationSeconds = "operation_duration_seconds"
-	metricAPIWrites        = "api_writes_total"
-
-	labelKind      = "kind"
-	labelOperation = "operation"
-	labelOutcome   = "outcome"
-	labelWrite     = "write"
-	labelResult    = "result"
-
-	resultOK    = "ok"
-	resultError = "error"
+	names "github.com/shutter-csi/shutter/pkg/metrics"
 )
 
 // metrics are the sidecar's own metrics (the CSI RPC metrics come from csi-lib-utils).
@@ -38,18 +20,18 @@ type metrics struct {
 func newMetrics(reg prometheus.Registerer) *metrics {
 	m := &metrics{
 		operations: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Namespace: metricsNamespace, Subsystem: metricsSubsystem, Name: metricOperations,
+			Namespace: names.Namespace, Subsystem: names.SidecarSubsystem, Name: names.SidecarOperations,
 			Help: "CSI snapshot operations by kind, operation and outcome (Succeeded, Failed, InProgress).",
-		}, []string{labelKind, labelOperation, labelOutcome}),
+		}, []string{names.LabelKind, names.LabelOperation, names.LabelOutcome}),
 		seconds: prometheus.NewHistogramVec(prometheus.HistogramOpts{
-			Namespace: metricsNamespace, Subsystem: metricsSubsystem, Name: metricOperationSeconds,
+			Namespace: names.Namespace, Subsystem: names.SidecarSubsystem, Name: names.SidecarOperationSeconds,
 			Help:    "Duration of CSI snapshot operations by kind and operation.",
 			Buckets: []float64{.01, .05, .1, .5, 1, 5, 10, 30, 60, 300},
-		}, []string{labelKind, labelOperation}),
+		}, []string{names.LabelKind, names.LabelOperation}),
 		writes: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Namespace: metricsNamespace, Subsystem: metricsSubsystem, Name: metricAPIWrites,
+			Namespace: names.Namespace, Subsystem: names.SidecarSubsystem, Name: names.SidecarAPIWrites,
 			Help: "Writes to the API server by kind, what was written (metadata or status) and result.",
-		}, []string{labelKind, labelWrite, labelResult}),
+		}, []string{names.LabelKind, names.LabelWrite, names.LabelResult}),
 	}
 	if reg != nil {
 		reg.MustRegister(m.operations, m.seconds, m.writes)
@@ -63,9 +45,9 @@ func (m *metrics) operation(kind, op string, outcome csi.Outcome, d time.Duratio
 }
 
 func (m *metrics) write(kind, what string, err error) {
-	result := resultOK
+	result := names.ResultOK
 	if err != nil {
-		result = resultError
+		result = names.ResultError
 	}
 	m.writes.WithLabelValues(kind, what, result).Inc()
 }

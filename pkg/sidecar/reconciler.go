@@ -17,6 +17,7 @@ import (
 	"k8s.io/utils/clock"
 
 	"github.com/shutter-csi/shutter/pkg/controller"
+	"github.com/shutter-csi/shutter/pkg/kube"
 	"github.com/shutter-csi/shutter/pkg/protocol"
 )
 
@@ -32,6 +33,9 @@ import (
 //   - A member of a group never gets a CSI call of its own.
 //   - Secrets are read with a GET when a call needs them and never logged.
 
+// fieldManager names the sidecar's writes.
+const fieldManager = "csi-snapshotter"
+
 // config are the settings shared by the reconcilers.
 type config struct {
 	driver               string
@@ -44,35 +48,63 @@ type config struct {
 }
 
 // reconciler reconciles the objects of one kind that belong to this sidecar's driver.
-type reconciler[T object[T]] struct {
+type reconciler[T kube.Object[T]] struct {
 	kind     kind[T]
 	cfg      config
 	kube     kubernetes.Interface // Secret GETs only
 	recorder record.EventRecorder
-	writes   *controller.Writes[T]
-	metrics  *metrics
-	clock    clock.Clock
+	// writer is the reconciler's only way to change objects.
+	writer  *kube.Writer[T]
+	metrics *metrics
+	clock   clock.Clock
 	// readiness spaces the checks of snapshots that are not ready yet, per key.
 	readiness *flowcontrol.Backoff
 
-	mu sync.Mutex
 	// failedAt holds, per key, the resourceVersion the sidecar wrote a final create error at:
 	// creation is not tried again until someone else changes the object.
-	failedAt map[controller.Key]string
+	failedAt *marks[string]
 	// released holds, per key, the uid of an object whose last finalizer the sidecar removed
 	// while it was being deleted. The API server answers such a write with the object as it
 	// was before (it is gone now), so the own-write cache cannot tell that copy from a stale one.
-	released map[controller.Key]types.UID
+	released *marks[types.UID]
 }
 
-func newReconciler[T object[T]](k kind[T], cfg config, kube kubernetes.Interface, recorder record.EventRecorder, m *metrics) *reconciler[T] {
+// marks remember one value per key.
+type marks[V comparable] struct {
+	mu sync.Mutex
+	m  map[controller.Key]V
+}
+
+func newMarks[V comparable]() *marks[V] { return &marks[V]{m: map[controller.Key]V{}} }
+
+// is tells whether v is the value remembered for key (the zero value when none is).
+func (m *marks[V]) is(key controller.Key, v V) bool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.m[key] == v
+}
+
+func (m *marks[V]) set(key controller.Key, v V) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.m[key] = v
+}
+
+func (m *marks[V]) forget(key controller.Key) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	delete(m.m, key)
+}
+
+func newReconciler[T kube.Object[T]](k kind[T], cfg config, kubeClient kubernetes.Interface, recorder record.EventRecorder, m *metrics) *reconciler[T] {
 	return &reconciler[T]{
-		kind: k, cfg: cfg, kube: kube, recorder: recorder, metrics: m,
-		writes:    controller.NewWrites[T]().WithTrim(controller.Trimmed[T](controller.TrimMeta)),
+		kind: k, cfg: cfg, kube: kubeClient, recorder: recorder, metrics: m,
+		writer: kube.NewWriter(k.keys().name, k.writeClient, controller.NewWrites[T]().WithTrim(controller.Trimmed[T](controller.TrimMeta)),
+			kube.WriterOptions{FieldManager: fieldManager, Count: m.write}),
 		clock:     clock.RealClock{},
 		readiness: flowcontrol.NewBackOff(cfg.retryStart, cfg.retryMax),
-		failedAt:  map[controller.Key]string{},
-		released:  map[controller.Key]types.UID{},
+		failedAt:  newMarks[string](),
+		released:  newMarks[types.UID](),
 	}
 }
 
@@ -94,7 +126,7 @@ func (r *reconciler[T]) sync(ctx context.Context, key controller.Key) error {
 	if err != nil {
 		return err
 	}
-	obj := r.writes.Latest(listed)
+	obj := r.writer.Cache().Latest(listed)
 	if !r.mine(obj) || r.isReleased(key, obj) {
 		return nil
 	}
@@ -109,13 +141,13 @@ func (r *reconciler[T]) sync(ctx context.Context, key controller.Key) error {
 		return nil
 	case creating:
 		return r.create(ctx, obj)
-	case r.kind.dynamic(obj) && !r.kind.created(obj):
-		if r.kind.errorMessage(obj) != "" && r.failedSince(key, obj) {
+	case r.kind.dynamic(obj) && r.kind.state(obj).handle == "":
+		if r.kind.state(obj).message != "" && r.failedSince(key, obj) {
 			logger.V(4).Info("Create failed before, waiting for a change")
 			return nil
 		}
 		return r.create(ctx, obj)
-	case !r.kind.created(obj) || !r.kind.ready(obj):
+	case r.kind.state(obj).handle == "" || !r.kind.state(obj).ready:
 		return r.refresh(ctx, obj)
 	default:
 		r.readiness.Reset(key.String())
@@ -145,35 +177,23 @@ func (r *reconciler[T]) syncDeletion(ctx context.Context, obj T) error {
 
 // failedSince tells whether obj is unchanged since the sidecar recorded a final create error.
 func (r *reconciler[T]) failedSince(key controller.Key, obj T) bool {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	return r.failedAt[key] == obj.GetResourceVersion()
+	return r.failedAt.is(key, obj.GetResourceVersion())
 }
 
 func (r *reconciler[T]) markFailed(key controller.Key, obj T) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	r.failedAt[key] = obj.GetResourceVersion()
+	r.failedAt.set(key, obj.GetResourceVersion())
 }
 
 // isReleased tells whether the sidecar removed obj's last finalizer while it was being deleted.
 func (r *reconciler[T]) isReleased(key controller.Key, obj T) bool {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	return r.released[key] == obj.GetUID()
+	return r.released.is(key, obj.GetUID())
 }
 
-func (r *reconciler[T]) markReleased(key controller.Key, obj T) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	r.released[key] = obj.GetUID()
-}
+func (r *reconciler[T]) markReleased(key controller.Key, obj T) { r.released.set(key, obj.GetUID()) }
 
 func (r *reconciler[T]) forget(key controller.Key) {
-	r.mu.Lock()
-	delete(r.failedAt, key)
-	delete(r.released, key)
-	r.mu.Unlock()
+	r.failedAt.forget(key)
+	r.released.forget(key)
 	r.readiness.Reset(key.String())
 }
 

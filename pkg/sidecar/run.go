@@ -21,6 +21,7 @@ import (
 	snapshotv1 "github.com/shutter-csi/shutter/client/apis/volumesnapshot/v1"
 	informers "github.com/shutter-csi/shutter/client/informers/externalversions"
 	"github.com/shutter-csi/shutter/pkg/controller"
+	"github.com/shutter-csi/shutter/pkg/kube"
 	"github.com/shutter-csi/shutter/pkg/protocol"
 )
 
@@ -97,15 +98,15 @@ func (s *sidecar) groupReconciler(ctx context.Context, watched, classes informer
 // groupCRDPoll is how often the sidecar looks for the group CRDs when they were missing at start.
 const groupCRDPoll = 30 * time.Second
 
+// groupResources are the group kinds the sidecar needs the API server to serve.
+var groupResources = []string{"volumegroupsnapshotcontents", "volumegroupsnapshotclasses"}
+
 // runGroupsWhenServed waits until the API server serves group snapshot contents and then runs
 // the group reconciler, so installing the group CRDs later needs no restart.
 func (s *sidecar) runGroupsWhenServed(ctx context.Context, watched, classes informers.SharedInformerFactory, recorder record.EventRecorder) {
-	for !s.groupsServed() {
-		select {
-		case <-ctx.Done():
-			return
-		case <-time.After(groupCRDPoll):
-		}
+	err := kube.WaitServed(ctx, s.kube.Discovery(), groupv1.SchemeGroupVersion.String(), groupResources, kube.Poll{Interval: groupCRDPoll})
+	if err != nil {
+		return
 	}
 	klog.FromContext(ctx).Info("Group snapshot CRDs appeared; watching group contents")
 	run := s.groupReconciler(ctx, watched, classes, recorder)
@@ -116,29 +117,16 @@ func (s *sidecar) runGroupsWhenServed(ctx context.Context, watched, classes info
 	run()
 }
 
-// groupsServed tells whether the API server serves VolumeGroupSnapshotContents and classes.
-func (s *sidecar) groupsServed() bool {
-	list, err := s.kube.Discovery().ServerResourcesForGroupVersion(groupv1.SchemeGroupVersion.String())
-	if err != nil {
-		return false
-	}
-	served := map[string]bool{}
-	for _, r := range list.APIResources {
-		served[r.Name] = true
-	}
-	return served["volumegroupsnapshotcontents"] && served["volumegroupsnapshotclasses"]
-}
-
 // start wires one reconciler to its informer and a queue and returns the function that runs
 // its workers and resync until ctx is done.
-func start[T object[T]](ctx context.Context, r *reconciler[T], informer cache.SharedIndexInformer, name string, resync time.Duration) func() {
+func start[T kube.Object[T]](ctx context.Context, r *reconciler[T], informer cache.SharedIndexInformer, name string, resync time.Duration) func() {
 	q := controller.NewQueue(name, controller.Options{RetryStart: r.cfg.retryStart, RetryMax: r.cfg.retryMax}, r.sync)
 	add := func(obj T) {
 		if r.mine(obj) {
 			q.Add(controller.KeyOf(obj))
 		}
 	}
-	if _, err := informer.AddEventHandler(controller.Handler(r.writes, add)); err != nil {
+	if _, err := informer.AddEventHandler(controller.Handler(r.writer.Cache(), add)); err != nil {
 		klog.FromContext(ctx).Error(err, "Cannot watch", "queue", name)
 	}
 	return func() {

@@ -23,7 +23,7 @@ import (
 	"github.com/shutter-csi/shutter/client/clientset/versioned/scheme"
 	"github.com/shutter-csi/shutter/pkg/app"
 	"github.com/shutter-csi/shutter/pkg/csi"
-	workqueuemetrics "github.com/shutter-csi/shutter/pkg/metrics"
+	names "github.com/shutter-csi/shutter/pkg/metrics"
 	"github.com/shutter-csi/shutter/pkg/protocol"
 )
 
@@ -99,7 +99,7 @@ func Run(ctx context.Context, opts Options) error {
 		return err
 	}
 	reg := app.Registry()
-	workqueuemetrics.RegisterWorkqueue(reg) // before any queue exists, so every queue reports
+	names.RegisterWorkqueue(reg) // before any queue exists, so every queue reports
 	s := &sidecar{opts: opts, csi: driver, kube: kube, snapshots: snapshots, metrics: newMetrics(reg), cfg: cfg}
 	elector := app.NewElector(opts.LeaderElection, LeaseName(driver.DriverName()))
 	var wg sync.WaitGroup
@@ -148,9 +148,6 @@ func (s *sidecar) config(group bool) config {
 	return c
 }
 
-// csiMetricPrefix starts the names of the CSI call metrics that csi-lib-utils records.
-const csiMetricPrefix = "csi_"
-
 // gatherer serves the component's registry and, of csi-lib-utils' registry, only the CSI call
 // metrics: that registry also carries a process_start_time_seconds of its own whose help text
 // differs from the Go client's, and a family gathered twice with two help texts makes the whole
@@ -160,7 +157,7 @@ func gatherer(reg prometheus.Gatherer, csiRegistry prometheus.Gatherer) promethe
 		families, err := csiRegistry.Gather()
 		out := families[:0]
 		for _, f := range families {
-			if strings.HasPrefix(f.GetName(), csiMetricPrefix) {
+			if strings.HasPrefix(f.GetName(), names.CSIMetricPrefix) {
 				out = append(out, f)
 			}
 		}

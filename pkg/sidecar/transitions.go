@@ -13,6 +13,7 @@ import (
 	snapshotv1 "github.com/shutter-csi/shutter/client/apis/volumesnapshot/v1"
 	"github.com/shutter-csi/shutter/pkg/controller"
 	"github.com/shutter-csi/shutter/pkg/csi"
+	"github.com/shutter-csi/shutter/pkg/kube"
 	"github.com/shutter-csi/shutter/pkg/protocol"
 )
 
@@ -43,7 +44,7 @@ func (r *reconciler[T]) create(ctx context.Context, obj T) error {
 		return r.reportInput(ctx, obj, err)
 	}
 	if obj.GetAnnotations()[keys.beingCreated] == "" {
-		if obj, err = r.write(ctx, obj, withAnnotation(obj, keys.beingCreated, protocol.AnnValueYes)); err != nil {
+		if obj, err = r.writer.Patch(ctx, obj, kube.WithAnnotation(obj, keys.beingCreated, protocol.AnnValueYes)); err != nil {
 			return err
 		}
 		klog.FromContext(ctx).V(2).Info("Creating backend snapshot", "name", req.name)
@@ -66,14 +67,14 @@ func (r *reconciler[T]) create(ctx context.Context, obj T) error {
 
 // createDone records a created snapshot: one status write, then being-created removed.
 func (r *reconciler[T]) createDone(ctx context.Context, obj, result T) error {
-	obj, err := r.write(ctx, obj, result, statusSubresource)
+	obj, err := r.writer.PatchStatus(ctx, obj, result)
 	if err != nil {
 		return err
 	}
-	if obj, err = r.write(ctx, obj, withAnnotation(obj, r.kind.keys().beingCreated, "")); err != nil {
+	if obj, err = r.writer.Patch(ctx, obj, kube.WithAnnotation(obj, r.kind.keys().beingCreated, "")); err != nil {
 		return err
 	}
-	klog.FromContext(ctx).V(2).Info("Created backend snapshot", "ready", r.kind.ready(obj))
+	klog.FromContext(ctx).V(2).Info("Created backend snapshot", "ready", r.kind.state(obj).ready)
 	return r.waitReady(ctx, obj)
 }
 
@@ -81,12 +82,12 @@ func (r *reconciler[T]) createDone(ctx context.Context, obj, result T) error {
 // removed. Creation is not tried again until the object changes.
 func (r *reconciler[T]) createFailed(ctx context.Context, obj T, cause error) error {
 	msg := "Failed to create snapshot: " + cause.Error()
-	obj, err := r.write(ctx, obj, r.kind.withError(obj, msg, r.clock.Now()), statusSubresource)
+	obj, err := r.writer.PatchStatus(ctx, obj, withError(r.kind, obj, msg, r.clock.Now()))
 	if err != nil {
 		return err
 	}
 	r.event(obj, corev1.EventTypeWarning, reasonCreateFailed, msg)
-	if obj, err = r.write(ctx, obj, withAnnotation(obj, r.kind.keys().beingCreated, "")); err != nil {
+	if obj, err = r.writer.Patch(ctx, obj, kube.WithAnnotation(obj, r.kind.keys().beingCreated, "")); err != nil {
 		return err
 	}
 	r.markFailed(controller.KeyOf(obj), obj)
@@ -122,7 +123,7 @@ func (r *reconciler[T]) refresh(ctx context.Context, obj T) error {
 			return r.checkFailed(ctx, obj, err)
 		}
 	}
-	obj, err := r.write(ctx, obj, result, statusSubresource)
+	obj, err := r.writer.PatchStatus(ctx, obj, result)
 	if err != nil {
 		return err
 	}
@@ -148,7 +149,7 @@ func (r *reconciler[T]) checkFailed(ctx context.Context, obj T, cause error) err
 // that doubles per check up to --retry-interval-max. No write is made to trigger it.
 func (r *reconciler[T]) waitReady(ctx context.Context, obj T) error {
 	key := controller.KeyOf(obj).String()
-	if r.kind.ready(obj) {
+	if r.kind.state(obj).ready {
 		r.readiness.Reset(key)
 		return nil
 	}
@@ -180,8 +181,8 @@ func (r *reconciler[T]) deleteBackend(ctx context.Context, obj T) error {
 		return fmt.Errorf("delete backend snapshot %s: %w", handle, err)
 	}
 	klog.FromContext(ctx).V(2).Info("Deleted backend snapshot", "handle", handle)
-	if len(withoutFinalizer(obj, r.kind.keys().finalizer).GetFinalizers()) > 0 {
-		if obj, err = r.write(ctx, obj, r.kind.withoutHandle(obj), statusSubresource); err != nil {
+	if len(kube.WithoutFinalizer(obj, r.kind.keys().finalizer).GetFinalizers()) > 0 {
+		if obj, err = r.writer.PatchStatus(ctx, obj, withoutHandle(r.kind, obj)); err != nil {
 			return err
 		}
 	}
@@ -190,8 +191,8 @@ func (r *reconciler[T]) deleteBackend(ctx context.Context, obj T) error {
 
 // release removes the bound-protection finalizer: nothing is left to do in the backend.
 func (r *reconciler[T]) release(ctx context.Context, obj T) error {
-	changed := withoutFinalizer(obj, r.kind.keys().finalizer)
-	if _, err := r.write(ctx, obj, changed); err != nil {
+	changed := kube.WithoutFinalizer(obj, r.kind.keys().finalizer)
+	if _, err := r.writer.Patch(ctx, obj, changed); err != nil {
 		return err
 	}
 	klog.FromContext(ctx).V(2).Info("Removed finalizer")
@@ -211,7 +212,7 @@ func (r *reconciler[T]) reportInput(ctx context.Context, obj T, cause error) err
 		return err
 	}
 	if controller.IsFinal(cause) {
-		if latest := r.writes.Latest(obj); latest.GetAnnotations()[r.kind.keys().beingCreated] == "" {
+		if latest := r.writer.Cache().Latest(obj); latest.GetAnnotations()[r.kind.keys().beingCreated] == "" {
 			r.markFailed(controller.KeyOf(latest), latest)
 		}
 	}
@@ -221,10 +222,10 @@ func (r *reconciler[T]) reportInput(ctx context.Context, obj T, cause error) err
 // report writes msg to status.error, unless it is there already, and records a Warning event.
 func (r *reconciler[T]) report(ctx context.Context, obj T, reason, msg string) error {
 	klog.FromContext(ctx).V(2).Info("Snapshot error", "reason", reason, "message", msg)
-	if r.kind.errorMessage(obj) == msg {
+	if r.kind.state(obj).message == msg {
 		return nil
 	}
-	if _, err := r.write(ctx, obj, r.kind.withError(obj, msg, r.clock.Now()), statusSubresource); err != nil {
+	if _, err := r.writer.PatchStatus(ctx, obj, withError(r.kind, obj, msg, r.clock.Now())); err != nil {
 		return err
 	}
 	r.event(obj, corev1.EventTypeWarning, reason, msg)

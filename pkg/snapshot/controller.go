@@ -22,7 +22,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
-	corelisters "k8s.io/client-go/listers/core/v1"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/record"
 	"k8s.io/klog/v2"
@@ -31,9 +30,8 @@ import (
 	snapshotv1 "github.com/shutter-csi/shutter/client/apis/volumesnapshot/v1"
 	clientset "github.com/shutter-csi/shutter/client/clientset/versioned"
 	snapinformers "github.com/shutter-csi/shutter/client/informers/externalversions"
-	snapshotlisters "github.com/shutter-csi/shutter/client/listers/volumesnapshot/v1"
 	"github.com/shutter-csi/shutter/pkg/controller"
-	"github.com/shutter-csi/shutter/pkg/protocol"
+	"github.com/shutter-csi/shutter/pkg/kube"
 )
 
 // Options configure the reconcilers.
@@ -79,33 +77,20 @@ type Clients struct {
 	Contents clientset.Interface
 }
 
-// Controller reconciles VolumeSnapshots and VolumeSnapshotContents.
+// Controller runs the reconcilers: one generic reconciler (reconciler.go) for single snapshots
+// and their contents, and, once enabled, another for group snapshots and theirs, all writing
+// through one write layer (writes.go).
 type Controller struct {
-	opts   Options
-	kube   kubernetes.Interface
-	client clientset.Interface
-	// contentClient writes content objects (see Clients.Contents).
-	contentClient clientset.Interface
-	recorder      record.EventRecorder
-	clock         clock.PassiveClock
+	opts     Options
+	clients  Clients
+	recorder record.EventRecorder
+	clock    clock.PassiveClock
+	writes   *writeLayer
 
-	snapshots       snapshotlisters.VolumeSnapshotLister
-	snapshotIndexer cache.Indexer
-	contents        snapshotlisters.VolumeSnapshotContentLister
-	contentIndexer  cache.Indexer
-	classes         snapshotlisters.VolumeSnapshotClassLister
-	classIndexer    cache.Indexer
-	claims          corelisters.PersistentVolumeClaimLister
-	claimIndexer    cache.Indexer
-	volumes         corelisters.PersistentVolumeLister
-
-	snapshotWrites *controller.Writes[*snapshotv1.VolumeSnapshot]
-	contentWrites  *controller.Writes[*snapshotv1.VolumeSnapshotContent]
-	claimWrites    *controller.Writes[*corev1.PersistentVolumeClaim]
-
-	snapshotQueue *controller.Queue[controller.Key]
-	contentQueue  *controller.Queue[controller.Key]
-	synced        []cache.InformerSynced
+	// single adapts the single kinds; singles reconciles them.
+	single  *snapshotKind
+	singles *singleReconciler
+	synced  []cache.InformerSynced
 
 	// groups reconciles the group kinds once they are enabled and served; nil until then.
 	groups atomic.Pointer[groups]
@@ -122,22 +107,10 @@ func New(clients Clients, kubeInformers informers.SharedInformerFactory,
 	if opts.StatusGrace == 0 {
 		opts.StatusGrace = 10 * time.Second
 	}
-	c := &Controller{
-		opts: opts, kube: clients.Kube, client: clients.Snapshots, contentClient: clients.Contents,
-		recorder: recorder, clock: clock.RealClock{},
-		snapshotWrites: controller.NewWrites[*snapshotv1.VolumeSnapshot]().WithTrim(controller.Trimmed[*snapshotv1.VolumeSnapshot](trimForCache)),
-		contentWrites:  controller.NewWrites[*snapshotv1.VolumeSnapshotContent]().WithTrim(controller.Trimmed[*snapshotv1.VolumeSnapshotContent](trimForCache)),
-		claimWrites:    controller.NewWrites[*corev1.PersistentVolumeClaim]().WithTrim(controller.Trimmed[*corev1.PersistentVolumeClaim](trimForCache)),
-	}
-	if c.contentClient == nil {
-		c.contentClient = c.client
-	}
+	c := &Controller{opts: opts, clients: clients, recorder: recorder, clock: clock.RealClock{}, writes: newWriteLayer(clients)}
 	if opts.SidecarLivenessThreshold > 0 {
 		c.liveness = newLiveness(clients.Kube, opts.SidecarLivenessThreshold)
 	}
-	c.snapshotQueue = controller.NewUrgentFirstQueue("volumesnapshot", opts.Retry, c.syncSnapshotKey, c.nearlyDone)
-	c.contentQueue = controller.NewQueue("volumesnapshotcontent", opts.Retry, c.syncContentKey)
-
 	vs := snapInformers.Snapshot().V1().VolumeSnapshots()
 	vsc := snapInformers.Snapshot().V1().VolumeSnapshotContents()
 	class := snapInformers.Snapshot().V1().VolumeSnapshotClasses()
@@ -148,7 +121,6 @@ func New(clients Clients, kubeInformers informers.SharedInformerFactory,
 		indexers cache.Indexers
 	}{
 		{vs.Informer(), cache.Indexers{bySourcePVC: snapshotsBySourcePVC, byGroup: snapshotsByGroup}},
-		{vsc.Informer(), cache.Indexers{bySnapshotRef: contentsBySnapshotRef}},
 		{class.Informer(), cache.Indexers{byDriver: classesByDriver}},
 		{pvc.Informer(), cache.Indexers{byRestoreSource: claimsByRestoreSource}},
 	} {
@@ -156,34 +128,57 @@ func New(clients Clients, kubeInformers informers.SharedInformerFactory,
 			return nil, fmt.Errorf("add indexers: %w", err)
 		}
 	}
-	c.snapshots, c.snapshotIndexer = vs.Lister(), vs.Informer().GetIndexer()
-	c.contents, c.contentIndexer = vsc.Lister(), vsc.Informer().GetIndexer()
-	c.classes, c.classIndexer = class.Lister(), class.Informer().GetIndexer()
-	c.claims, c.claimIndexer = pvc.Lister(), pvc.Informer().GetIndexer()
-	c.volumes = pv.Lister()
+	c.single = &snapshotKind{client: clients.Snapshots,
+		snapshots: vs.Lister(), snapshotIndexer: vs.Informer().GetIndexer(), snapshotWrites: c.writes.snapshots.Cache(),
+		contents: vsc.Lister(), classes: class.Lister(), classIndexer: class.Informer().GetIndexer(),
+		claims: pvc.Lister(), claimIndexer: pvc.Informer().GetIndexer(), claimWriter: c.writes.claims, volumes: pv.Lister(),
+		preventVolumeModeConversion: opts.PreventVolumeModeConversion, distributedSnapshotting: opts.DistributedSnapshotting,
+		groups: &c.groups}
+	r := newReconcilerOf(c, c.single, singleKeys, c.writes.snapshots, c.writes.contents, opts.StatusGrace)
+	r.snapshotQueue = controller.NewUrgentFirstQueue(singleKeys.snapshotQueue, opts.Retry, r.syncSnapshotKey, c.nearlyDone)
+	r.contentQueue = controller.NewQueue(singleKeys.contentQueue, opts.Retry, r.syncContentKey)
+	c.singles = r
 
+	if err := c.watch(vs.Informer(), vsc.Informer(), class.Informer(), pvc.Informer()); err != nil {
+		return nil, err
+	}
+	c.synced = append(c.synced, pv.Informer().HasSynced)
+	return c, nil
+}
+
+// watch queues the single kinds' keys on the informers' events.
+func (c *Controller) watch(vs, vsc, class, pvc cache.SharedIndexInformer) error {
+	r := c.singles
 	handlers := []struct {
 		informer cache.SharedIndexInformer
 		handler  cache.ResourceEventHandler
 	}{
-		{vs.Informer(), controller.HandlerWithInitialList(c.snapshotWrites, c.onSnapshot, func(vs *snapshotv1.VolumeSnapshot) {
-			c.snapshotQueue.AddPaced(controller.KeyOf(vs))
+		{vs, controller.HandlerWithInitialList(c.writes.snapshots.Cache(), c.onSnapshot, func(vs *snapshotv1.VolumeSnapshot) {
+			r.snapshotQueue.AddPaced(controller.KeyOf(vs))
 		})},
-		{vsc.Informer(), controller.HandlerWithInitialList(c.contentWrites, c.onContent, func(vsc *snapshotv1.VolumeSnapshotContent) {
-			c.contentQueue.AddPaced(controller.KeyOf(vsc))
+		{vsc, controller.HandlerWithInitialList(c.writes.contents.Cache(), r.onContent, func(vsc *snapshotv1.VolumeSnapshotContent) {
+			r.contentQueue.AddPaced(controller.KeyOf(vsc))
 		})},
 		// Claims and classes only wake snapshots, which their own first list queues.
-		{pvc.Informer(), controller.HandlerWithInitialList(c.claimWrites, c.onClaim, func(*corev1.PersistentVolumeClaim) {})},
-		{class.Informer(), controller.HandlerWithInitialList(nil, c.onClass, func(*snapshotv1.VolumeSnapshotClass) {})},
+		{pvc, controller.HandlerWithInitialList(c.writes.claims.Cache(), c.onClaim, func(*corev1.PersistentVolumeClaim) {})},
+		{class, controller.HandlerWithInitialList(nil, func(*snapshotv1.VolumeSnapshotClass) { r.requeueUnbound() },
+			func(*snapshotv1.VolumeSnapshotClass) {})},
 	}
 	for _, h := range handlers {
 		if _, err := h.informer.AddEventHandler(h.handler); err != nil {
-			return nil, fmt.Errorf("add event handler: %w", err)
+			return fmt.Errorf("add event handler: %w", err)
 		}
 		c.synced = append(c.synced, h.informer.HasSynced)
 	}
-	c.synced = append(c.synced, pv.Informer().HasSynced)
-	return c, nil
+	return nil
+}
+
+// newReconcilerOf is a reconciler of kind k with the controller's settings; the caller adds its
+// queues.
+func newReconcilerOf[S kube.Object[S], C kube.Object[C]](c *Controller, k kind[S, C], keys kindKeys, snapshots *kube.Writer[S],
+	contents *kube.Writer[C], statusGrace time.Duration) *reconciler[S, C] {
+	return &reconciler[S, C]{kind: k, keys: keys, snapshots: snapshots, contents: contents, recorder: c.recorder,
+		clock: c.clock, readyEvents: c.opts.ReadyEvents, statusGrace: statusGrace}
 }
 
 // EnableGroups starts the group reconcilers on informers from factory (which the caller starts
@@ -192,7 +187,7 @@ func (c *Controller) EnableGroups(ctx context.Context, factory snapinformers.Sha
 	if c.groups.Load() != nil {
 		return nil
 	}
-	g, err := newGroups(c, factory)
+	g, err := c.newGroups(factory)
 	if err != nil {
 		return err
 	}
@@ -200,7 +195,7 @@ func (c *Controller) EnableGroups(ctx context.Context, factory snapinformers.Sha
 		return nil
 	}
 	factory.Start(ctx.Done())
-	go g.run(ctx)
+	go g.run(ctx, c.opts.Workers, c.opts.ResyncPeriod)
 	return nil
 }
 
@@ -212,74 +207,29 @@ func (c *Controller) Run(ctx context.Context) error {
 		return fmt.Errorf("caches did not sync")
 	}
 	logger.Info("Caches synced; starting workers", "workers", c.opts.Workers)
-	done := make(chan struct{}, 2)
-	for _, q := range []*controller.Queue[controller.Key]{c.snapshotQueue, c.contentQueue} {
-		go func() {
-			q.Run(ctx, c.opts.Workers)
-			done <- struct{}{}
-		}()
-	}
 	if c.liveness != nil {
 		go c.runLiveness(ctx)
 	}
-	go controller.Resync(ctx, c.snapshotQueue, c.opts.ResyncPeriod, func() []controller.Key {
-		return keys(c.snapshots.List)
-	})
-	go controller.Resync(ctx, c.contentQueue, c.opts.ResyncPeriod, func() []controller.Key {
-		return keys(c.contents.List)
-	})
-	<-done
-	<-done
+	c.singles.run(ctx, c.opts.Workers, c.opts.ResyncPeriod)
 	if g := c.groups.Load(); g != nil {
 		<-g.stopped
 	}
 	return nil
 }
 
-// onSnapshot queues a changed snapshot and the content it names.
+// onSnapshot queues a changed snapshot, the content it names, and its group.
 func (c *Controller) onSnapshot(vs *snapshotv1.VolumeSnapshot) {
-	c.snapshotQueue.Add(controller.KeyOf(vs))
-	if g := c.groups.Load(); g != nil {
-		g.onMember(vs)
-	}
-	name := boundContentName(vs)
-	if name == "" && vs.Spec.Source.PersistentVolumeClaimName != nil {
-		name = protocol.ContentName(vs.UID)
-	}
-	if name != "" {
-		c.contentQueue.Add(controller.Key{Name: name})
-	}
-}
-
-// onContent queues a changed content and the snapshot it points at.
-func (c *Controller) onContent(content *snapshotv1.VolumeSnapshotContent) {
-	c.contentQueue.Add(controller.KeyOf(content))
-	ref := content.Spec.VolumeSnapshotRef
-	if ref.Name != "" {
-		c.snapshotQueue.Add(controller.Key{Namespace: ref.Namespace, Name: ref.Name})
-	}
+	c.singles.onSnapshot(vs)
+	c.single.onMember(vs)
 }
 
 // onClaim queues the snapshots taken of a claim and the one it is restored from.
 func (c *Controller) onClaim(pvc *corev1.PersistentVolumeClaim) {
-	for _, vs := range indexed[*snapshotv1.VolumeSnapshot](c.snapshotIndexer, bySourcePVC, nsName(pvc.Namespace, pvc.Name)) {
-		c.snapshotQueue.Add(controller.KeyOf(vs))
+	for _, vs := range indexed[*snapshotv1.VolumeSnapshot](c.single.snapshotIndexer, bySourcePVC, nsName(pvc.Namespace, pvc.Name)) {
+		c.singles.snapshotQueue.Add(controller.KeyOf(vs))
 	}
 	if name := restoreSource(pvc); name != "" {
-		c.snapshotQueue.Add(controller.Key{Namespace: pvc.Namespace, Name: name})
-	}
-}
-
-// onClass queues the snapshots still waiting for a class: a new default class may unblock them.
-func (c *Controller) onClass(*snapshotv1.VolumeSnapshotClass) {
-	vss, err := c.snapshots.List(everything)
-	if err != nil {
-		return
-	}
-	for _, vs := range vss {
-		if vs.Status == nil || vs.Status.BoundVolumeSnapshotContentName == nil {
-			c.snapshotQueue.Add(controller.KeyOf(vs))
-		}
+		c.singles.snapshotQueue.Add(controller.Key{Namespace: pvc.Namespace, Name: name})
 	}
 }
 
@@ -289,30 +239,10 @@ func (c *Controller) onClass(*snapshotv1.VolumeSnapshotClass) {
 // snapshot's first steps. A content without a report is not urgent: looking at it early would
 // only write a not-ready status that the report then replaces.
 func (c *Controller) nearlyDone(key controller.Key) bool {
-	vs, err := c.snapshots.VolumeSnapshots(key.Namespace).Get(key.Name)
+	vs, err := c.single.snapshots.VolumeSnapshots(key.Namespace).Get(key.Name)
 	if err != nil || vs.DeletionTimestamp != nil || isReady(vs) {
 		return false
 	}
-	content, err := c.contentOf(vs)
-	return err == nil && content != nil && content.Status != nil
-}
-
-func (c *Controller) syncSnapshotKey(ctx context.Context, key controller.Key) error {
-	vs, err := c.snapshots.VolumeSnapshots(key.Namespace).Get(key.Name)
-	if err != nil {
-		return ignoreNotFound(err)
-	}
-	vs = c.snapshotWrites.Latest(vs)
-	logger := klog.FromContext(ctx).WithValues("volumesnapshot", klog.KObj(vs))
-	return c.syncSnapshot(klog.NewContext(ctx, logger), vs)
-}
-
-func (c *Controller) syncContentKey(ctx context.Context, key controller.Key) error {
-	content, err := c.contents.Get(key.Name)
-	if err != nil {
-		return ignoreNotFound(err)
-	}
-	content = c.contentWrites.Latest(content)
-	logger := klog.FromContext(ctx).WithValues("volumesnapshotcontent", klog.KObj(content))
-	return c.syncContent(klog.NewContext(ctx, logger), content)
+	content, found, err := c.singles.contentOf(vs)
+	return err == nil && found && content.Status != nil
 }

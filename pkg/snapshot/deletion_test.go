@@ -49,7 +49,7 @@ func TestSyncContentRequests(t *testing.T) {
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			c, _, snap, _ := testController(t, tc.content)
-			if err := c.syncContent(context.Background(), tc.content); err != nil {
+			if err := c.singles.syncContent(context.Background(), tc.content); err != nil {
 				t.Fatal(err)
 			}
 			if got := strings.Join(calls(snap.Actions()), ","); got != tc.calls {
@@ -91,7 +91,7 @@ func deletedWith(t *testing.T, snap *snapfake.Clientset, content *snapshotv1.Vol
 // TestReleaseGoneContent: a content that is gone by the time it is released is no error.
 func TestReleaseGoneContent(t *testing.T) {
 	c, _, _, _ := testController(t)
-	if err := c.releaseContent(context.Background(), newContent("gone", readyContent)); err != nil {
+	if err := c.singles.release(context.Background(), newContent("gone", readyContent), true); err != nil {
 		t.Errorf("release of a content that is gone: %v", err)
 	}
 }

@@ -5,66 +5,94 @@ import (
 	"fmt"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	corelisters "k8s.io/client-go/listers/core/v1"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/klog/v2"
 
 	groupv1 "github.com/shutter-csi/shutter/client/apis/volumegroupsnapshot/v1"
 	snapshotv1 "github.com/shutter-csi/shutter/client/apis/volumesnapshot/v1"
+	clientset "github.com/shutter-csi/shutter/client/clientset/versioned"
 	snapinformers "github.com/shutter-csi/shutter/client/informers/externalversions"
 	grouplisters "github.com/shutter-csi/shutter/client/listers/volumegroupsnapshot/v1"
 	"github.com/shutter-csi/shutter/pkg/controller"
+	"github.com/shutter-csi/shutter/pkg/kube"
+	"github.com/shutter-csi/shutter/pkg/metrics"
+	"github.com/shutter-csi/shutter/pkg/protocol"
 )
 
-// groups reconciles VolumeGroupSnapshots and VolumeGroupSnapshotContents. It shares the
-// Controller's clients, recorder, snapshot listers and write helpers, and runs two more queues
-// on the same skeleton.
-type groups struct {
-	*Controller
-
-	snapshots    grouplisters.VolumeGroupSnapshotLister
-	contents     grouplisters.VolumeGroupSnapshotContentLister
-	classes      grouplisters.VolumeGroupSnapshotClassLister
-	classIndexer cache.Indexer
-
-	snapshotWrites *controller.Writes[*groupv1.VolumeGroupSnapshot]
-	contentWrites  *controller.Writes[*groupv1.VolumeGroupSnapshotContent]
-
-	snapshotQueue *controller.Queue[controller.Key]
-	contentQueue  *controller.Queue[controller.Key]
-	synced        []cache.InformerSynced
-	// stopped is closed when run returns: its workers have finished.
-	stopped chan struct{}
-}
+// Event reasons on VolumeGroupSnapshots.
+const (
+	ReasonGroupReady   = "GroupSnapshotReady"
+	ReasonGroupInvalid = "InvalidGroupSnapshot"
+)
 
 // groupCRDPoll is how often the controller looks for the group CRDs when they were missing at
 // start.
 const groupCRDPoll = 30 * time.Second
 
-// newGroups wires the group reconcilers to informers from factory.
-func newGroups(c *Controller, factory snapinformers.SharedInformerFactory) (*groups, error) {
-	g := &groups{
-		Controller:     c,
-		snapshotWrites: controller.NewWrites[*groupv1.VolumeGroupSnapshot]().WithTrim(controller.Trimmed[*groupv1.VolumeGroupSnapshot](trimForCache)),
-		contentWrites:  controller.NewWrites[*groupv1.VolumeGroupSnapshotContent]().WithTrim(controller.Trimmed[*groupv1.VolumeGroupSnapshotContent](trimForCache)),
-		stopped:        make(chan struct{}),
-	}
-	g.snapshotQueue = controller.NewQueue("volumegroupsnapshot", c.opts.Retry, g.syncGroupSnapshotKey)
-	g.contentQueue = controller.NewQueue("volumegroupsnapshotcontent", c.opts.Retry, g.syncGroupContentKey)
+// groupReconciler reconciles VolumeGroupSnapshots and VolumeGroupSnapshotContents.
+type groupReconciler = reconciler[*groupv1.VolumeGroupSnapshot, *groupv1.VolumeGroupSnapshotContent]
+
+var groupKeys = kindKeys{
+	snapshotKind: "VolumeGroupSnapshot", contentKind: "VolumeGroupSnapshotContent", apiVersion: groupv1.SchemeGroupVersion.String(),
+	snapshotQueue: "volumegroupsnapshot", contentQueue: "volumegroupsnapshotcontent", defaultContent: protocol.GroupContentName,
+	contentFinalizer: protocol.GroupContentBoundFinalizer, beingCreated: protocol.AnnGroupBeingCreated, beingDeleted: protocol.AnnGroupBeingDeleted,
+	reasonContentMissing: ReasonGroupInvalid, reasonBindingInvalid: ReasonGroupInvalid,
+	reasonReady: ReasonGroupReady, readyMessage: "Group snapshot is ready to use",
+	opCreate: metrics.OperationCreateGroup, opDelete: metrics.OperationDeleteGroup, countInputFailures: true,
+}
+
+// groups is the group reconciler with what runs it; the controller has one once groups are
+// enabled and served.
+type groups struct {
+	r      *groupReconciler
+	synced []cache.InformerSynced
+	// stopped is closed when run returns: its workers have finished.
+	stopped chan struct{}
+}
+
+// groupKind adapts VolumeGroupSnapshot and VolumeGroupSnapshotContent, and adds what only groups
+// do: select their volumes, and make and let go of their member snapshots.
+type groupKind struct {
+	client       clientset.Interface // GETs only
+	snapshots    grouplisters.VolumeGroupSnapshotLister
+	contents     grouplisters.VolumeGroupSnapshotContentLister
+	classes      grouplisters.VolumeGroupSnapshotClassLister
+	classIndexer cache.Indexer
+	claims       corelisters.PersistentVolumeClaimLister
+	volumes      corelisters.PersistentVolumeLister
+	members      members
+}
+
+var _ kind[*groupv1.VolumeGroupSnapshot, *groupv1.VolumeGroupSnapshotContent] = (*groupKind)(nil)
+
+// newGroups wires a group reconciler to informers from factory; members are the single
+// snapshots' side.
+func (c *Controller) newGroups(factory snapinformers.SharedInformerFactory) (*groups, error) {
 	vgs := factory.Groupsnapshot().V1().VolumeGroupSnapshots()
 	vgsc := factory.Groupsnapshot().V1().VolumeGroupSnapshotContents()
 	class := factory.Groupsnapshot().V1().VolumeGroupSnapshotClasses()
 	if err := class.Informer().AddIndexers(cache.Indexers{byDriver: groupClassesByDriver}); err != nil {
 		return nil, fmt.Errorf("add indexers: %w", err)
 	}
-	g.snapshots, g.contents, g.classes = vgs.Lister(), vgsc.Lister(), class.Lister()
-	g.classIndexer = class.Informer().GetIndexer()
+	k := &groupKind{client: c.clients.Snapshots, snapshots: vgs.Lister(), contents: vgsc.Lister(), classes: class.Lister(),
+		classIndexer: class.Informer().GetIndexer(), claims: c.single.claims, volumes: c.single.volumes,
+		members: members{snapshots: c.single.snapshots, snapshotIndexer: c.single.snapshotIndexer, contents: c.single.contents,
+			snapshotWriter: c.writes.snapshots, contentWriter: c.writes.contents, wake: c.singles.snapshotQueue.Add}}
+	r := newReconcilerOf(c, k, groupKeys, c.writes.groups, c.writes.groupContents, 0)
+	r.snapshotQueue = controller.NewQueue(groupKeys.snapshotQueue, c.opts.Retry, r.syncSnapshotKey)
+	r.contentQueue = controller.NewQueue(groupKeys.contentQueue, c.opts.Retry, r.syncContentKey)
+	g := &groups{r: r, stopped: make(chan struct{})}
 	for _, h := range []struct {
 		informer cache.SharedIndexInformer
 		handler  cache.ResourceEventHandler
 	}{
-		{vgs.Informer(), controller.Handler(g.snapshotWrites, g.onGroupSnapshot)},
-		{vgsc.Informer(), controller.Handler(g.contentWrites, g.onGroupContent)},
-		{class.Informer(), controller.Handler(nil, func(*groupv1.VolumeGroupSnapshotClass) { g.requeueUnbound() })},
+		{vgs.Informer(), controller.Handler(c.writes.groups.Cache(), r.onSnapshot)},
+		{vgsc.Informer(), controller.Handler(c.writes.groupContents.Cache(), r.onContent)},
+		{class.Informer(), controller.Handler(nil, func(*groupv1.VolumeGroupSnapshotClass) { r.requeueUnbound() })},
 	} {
 		if _, err := h.informer.AddEventHandler(h.handler); err != nil {
 			return nil, fmt.Errorf("add event handler: %w", err)
@@ -82,73 +110,154 @@ func groupClassesByDriver(obj any) ([]string, error) {
 }
 
 // run waits for the group caches and runs the two group queues until ctx is done.
-func (g *groups) run(ctx context.Context) {
+func (g *groups) run(ctx context.Context, workers int, resync time.Duration) {
 	defer close(g.stopped)
 	if !cache.WaitForCacheSync(ctx.Done(), g.synced...) {
 		return
 	}
 	klog.FromContext(ctx).Info("Group snapshot caches synced; starting workers")
-	go controller.Resync(ctx, g.snapshotQueue, g.opts.ResyncPeriod, func() []controller.Key { return keys(g.snapshots.List) })
-	go controller.Resync(ctx, g.contentQueue, g.opts.ResyncPeriod, func() []controller.Key { return keys(g.contents.List) })
-	done := make(chan struct{})
-	go func() {
-		g.contentQueue.Run(ctx, g.opts.Workers)
-		close(done)
-	}()
-	g.snapshotQueue.Run(ctx, g.opts.Workers)
-	<-done
+	g.r.run(ctx, workers, resync)
 }
 
-func (g *groups) onGroupSnapshot(vgs *groupv1.VolumeGroupSnapshot) {
-	g.snapshotQueue.Add(controller.KeyOf(vgs))
-	if name := g.contentNameOf(vgs); name != "" {
-		g.contentQueue.Add(controller.Key{Name: name})
-	}
+func (*groupKind) keys() kindKeys { return groupKeys }
+
+func (k *groupKind) getSnapshot(namespace, name string) (*groupv1.VolumeGroupSnapshot, error) {
+	return k.snapshots.VolumeGroupSnapshots(namespace).Get(name)
 }
 
-func (g *groups) onGroupContent(content *groupv1.VolumeGroupSnapshotContent) {
-	g.contentQueue.Add(controller.KeyOf(content))
-	if ref := content.Spec.VolumeGroupSnapshotRef; ref.Name != "" {
-		g.snapshotQueue.Add(controller.Key{Namespace: ref.Namespace, Name: ref.Name})
-	}
+func (k *groupKind) liveSnapshot(ctx context.Context, namespace, name string) (*groupv1.VolumeGroupSnapshot, error) {
+	return k.client.GroupsnapshotV1().VolumeGroupSnapshots(namespace).Get(ctx, name, metav1.GetOptions{})
 }
 
-// onMember wakes the group of a member snapshot that changed.
-func (g *groups) onMember(vs *snapshotv1.VolumeSnapshot) {
-	if name := groupOf(vs); name != "" {
-		g.snapshotQueue.Add(controller.Key{Namespace: vs.Namespace, Name: name})
-	}
+func (k *groupKind) listSnapshots(sel labels.Selector) ([]*groupv1.VolumeGroupSnapshot, error) {
+	return k.snapshots.List(sel)
 }
 
-// requeueUnbound queues the group snapshots still waiting for a class.
-func (g *groups) requeueUnbound() {
-	all, err := g.snapshots.List(everything)
-	if err != nil {
-		return
+func (*groupKind) statusContent(vgs *groupv1.VolumeGroupSnapshot) string {
+	if vgs.Status != nil && vgs.Status.BoundVolumeGroupSnapshotContentName != nil {
+		return *vgs.Status.BoundVolumeGroupSnapshotContentName
 	}
-	for _, vgs := range all {
-		if vgs.Status == nil || vgs.Status.BoundVolumeGroupSnapshotContentName == nil {
-			g.snapshotQueue.Add(controller.KeyOf(vgs))
+	return ""
+}
+
+func (*groupKind) sourceContent(vgs *groupv1.VolumeGroupSnapshot) string {
+	if vgs.Spec.Source.VolumeGroupSnapshotContentName != nil {
+		return *vgs.Spec.Source.VolumeGroupSnapshotContentName
+	}
+	return ""
+}
+
+func (*groupKind) waitsForContent(*groupv1.VolumeGroupSnapshot) bool { return false }
+
+func (*groupKind) ready(vgs *groupv1.VolumeGroupSnapshot) bool {
+	return vgs.Status != nil && vgs.Status.ReadyToUse != nil && *vgs.Status.ReadyToUse
+}
+
+func (*groupKind) statusError(vgs *groupv1.VolumeGroupSnapshot) *snapshotv1.VolumeSnapshotError {
+	if vgs.Status == nil {
+		return nil
+	}
+	return vgs.Status.Error
+}
+
+func (*groupKind) hasStatus(vgs *groupv1.VolumeGroupSnapshot) bool { return vgs.Status != nil }
+
+func (*groupKind) status(vgs *groupv1.VolumeGroupSnapshot) any { return vgs.Status }
+
+func (*groupKind) withError(vgs *groupv1.VolumeGroupSnapshot, e *snapshotv1.VolumeSnapshotError) *groupv1.VolumeGroupSnapshot {
+	updated := vgs.DeepCopy()
+	if updated.Status == nil {
+		updated.Status = &groupv1.VolumeGroupSnapshotStatus{}
+	}
+	updated.Status.Error, updated.Status.ReadyToUse = e, ptr(false)
+	return updated
+}
+
+func (*groupKind) withStatus(vgs *groupv1.VolumeGroupSnapshot, content *groupv1.VolumeGroupSnapshotContent, membersReady bool) *groupv1.VolumeGroupSnapshot {
+	updated := vgs.DeepCopy()
+	updated.Status = desiredGroupStatus(content, membersReady)
+	return updated
+}
+
+// desiredGroupStatus is the group's status as its content and members report it.
+func desiredGroupStatus(content *groupv1.VolumeGroupSnapshotContent, membersReady bool) *groupv1.VolumeGroupSnapshotStatus {
+	want := &groupv1.VolumeGroupSnapshotStatus{BoundVolumeGroupSnapshotContentName: ptr(content.Name), ReadyToUse: ptr(false)}
+	if st := content.Status; st != nil {
+		want.ReadyToUse = ptr(st.ReadyToUse != nil && *st.ReadyToUse && membersReady)
+		if st.CreationTime != nil {
+			want.CreationTime = ptr(metav1.NewTime(st.CreationTime.Time.UTC().Truncate(1e9)))
+		}
+		if st.Error != nil {
+			want.Error = st.Error.DeepCopy()
 		}
 	}
+	return want
 }
 
-func (g *groups) syncGroupSnapshotKey(ctx context.Context, key controller.Key) error {
-	vgs, err := g.snapshots.VolumeGroupSnapshots(key.Namespace).Get(key.Name)
-	if err != nil {
-		return ignoreNotFound(err)
-	}
-	vgs = g.snapshotWrites.Latest(vgs)
-	ctx = klog.NewContext(ctx, klog.FromContext(ctx).WithValues("volumegroupsnapshot", klog.KObj(vgs)))
-	return g.syncGroupSnapshot(ctx, vgs)
+func (*groupKind) finalizers(snapshotv1.DeletionPolicy) []string {
+	return []string{protocol.GroupSnapshotBoundFinalizer}
 }
 
-func (g *groups) syncGroupContentKey(ctx context.Context, key controller.Key) error {
-	content, err := g.contents.Get(key.Name)
-	if err != nil {
-		return ignoreNotFound(err)
-	}
-	content = g.contentWrites.Latest(content)
-	ctx = klog.NewContext(ctx, klog.FromContext(ctx).WithValues("volumegroupsnapshotcontent", klog.KObj(content)))
-	return g.syncGroupContent(ctx, content)
+// withClass: a group's default class is not recorded in its spec.
+func (*groupKind) withClass(vgs *groupv1.VolumeGroupSnapshot, _ string) (*groupv1.VolumeGroupSnapshot, bool) {
+	return vgs, false
 }
+
+func (k *groupKind) classDriver(vgs *groupv1.VolumeGroupSnapshot) string {
+	if vgs.Spec.VolumeGroupSnapshotClassName != nil {
+		if class, err := k.classes.Get(*vgs.Spec.VolumeGroupSnapshotClassName); err == nil {
+			return class.Driver
+		}
+	}
+	return ""
+}
+
+func (k *groupKind) getContent(name string) (*groupv1.VolumeGroupSnapshotContent, error) {
+	return k.contents.Get(name)
+}
+
+func (k *groupKind) listContents(sel labels.Selector) ([]*groupv1.VolumeGroupSnapshotContent, error) {
+	return k.contents.List(sel)
+}
+
+func (*groupKind) ref(c *groupv1.VolumeGroupSnapshotContent) *corev1.ObjectReference {
+	return &c.Spec.VolumeGroupSnapshotRef
+}
+
+func (*groupKind) policy(c *groupv1.VolumeGroupSnapshotContent) snapshotv1.DeletionPolicy {
+	return c.Spec.DeletionPolicy
+}
+
+func (*groupKind) driver(c *groupv1.VolumeGroupSnapshotContent) string { return c.Spec.Driver }
+
+func (*groupKind) reported(c *groupv1.VolumeGroupSnapshotContent) bool { return c.Status != nil }
+
+func (*groupKind) member(*groupv1.VolumeGroupSnapshotContent) bool { return false }
+
+// bound creates the members once the sidecar reported them and tells whether all are ready.
+func (k *groupKind) bound(ctx context.Context, vgs *groupv1.VolumeGroupSnapshot, content *groupv1.VolumeGroupSnapshotContent) (bool, error) {
+	return k.members.ensure(ctx, vgs, content)
+}
+
+func (*groupKind) statusWritten(*groupv1.VolumeGroupSnapshot) {}
+
+func (*groupKind) afterBound(context.Context, *groupv1.VolumeGroupSnapshot) error { return nil }
+
+// finalizing lets the members go first, each per its content's policy; the group's own
+// finalizer is dropped once none is left.
+func (k *groupKind) finalizing(ctx context.Context, vgs *groupv1.VolumeGroupSnapshot, content *groupv1.VolumeGroupSnapshotContent, found bool) ([]string, error) {
+	if !kube.HasFinalizer(vgs, protocol.GroupSnapshotBoundFinalizer) {
+		return nil, nil
+	}
+	if !found {
+		content = nil
+	}
+	left, err := k.members.release(ctx, vgs, content)
+	if err != nil || left {
+		// Member deletions wake the group again through onMember.
+		return nil, err
+	}
+	return []string{protocol.GroupSnapshotBoundFinalizer}, nil
+}
+
+func (*groupKind) released(context.Context, *groupv1.VolumeGroupSnapshot) error { return nil }

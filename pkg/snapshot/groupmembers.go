@@ -2,16 +2,18 @@ package snapshot
 
 import (
 	"context"
-	"fmt"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/tools/cache"
 	"k8s.io/klog/v2"
 
 	groupv1 "github.com/shutter-csi/shutter/client/apis/volumegroupsnapshot/v1"
 	snapshotv1 "github.com/shutter-csi/shutter/client/apis/volumesnapshot/v1"
+	snapshotlisters "github.com/shutter-csi/shutter/client/listers/volumesnapshot/v1"
 	"github.com/shutter-csi/shutter/pkg/controller"
+	"github.com/shutter-csi/shutter/pkg/kube"
 	"github.com/shutter-csi/shutter/pkg/protocol"
 )
 
@@ -48,9 +50,21 @@ func memberKey(info groupv1.VolumeSnapshotInfo) string {
 	return info.SnapshotHandle
 }
 
-// ensureMembers creates the member snapshots and contents the group content reports, and tells
+// members are the single-snapshot side as a group sees it: the member snapshots and contents it
+// makes and lets go.
+type members struct {
+	snapshots       snapshotlisters.VolumeSnapshotLister
+	snapshotIndexer cache.Indexer // byGroup
+	contents        snapshotlisters.VolumeSnapshotContentLister
+	snapshotWriter  *kube.Writer[*snapshotv1.VolumeSnapshot]
+	contentWriter   *kube.Writer[*snapshotv1.VolumeSnapshotContent]
+	// wake queues a member snapshot, whose sync the controller's own writes do not trigger.
+	wake func(controller.Key)
+}
+
+// ensure creates the member snapshots and contents the group content reports, and tells
 // whether every member is ready.
-func (g *groups) ensureMembers(ctx context.Context, vgs *groupv1.VolumeGroupSnapshot, content *groupv1.VolumeGroupSnapshotContent) (bool, error) {
+func (m members) ensure(ctx context.Context, vgs *groupv1.VolumeGroupSnapshot, content *groupv1.VolumeGroupSnapshotContent) (bool, error) {
 	st := content.Status
 	if st == nil || st.VolumeGroupSnapshotHandle == nil || len(st.VolumeSnapshotInfoList) == 0 {
 		return false, nil
@@ -58,11 +72,11 @@ func (g *groups) ensureMembers(ctx context.Context, vgs *groupv1.VolumeGroupSnap
 	ready := true
 	for _, info := range st.VolumeSnapshotInfoList {
 		key := memberKey(info)
-		vs, err := g.ensureMemberSnapshot(ctx, vgs, content, key)
+		vs, err := m.ensureSnapshot(ctx, vgs, content, key)
 		if err != nil {
 			return false, err
 		}
-		if err := g.ensureMemberContent(ctx, vs, content, info); err != nil {
+		if err := m.ensureContent(ctx, vs, content, info); err != nil {
 			return false, err
 		}
 		ready = ready && isReady(vs)
@@ -70,15 +84,15 @@ func (g *groups) ensureMembers(ctx context.Context, vgs *groupv1.VolumeGroupSnap
 	return ready, nil
 }
 
-func (g *groups) ensureMemberSnapshot(ctx context.Context, vgs *groupv1.VolumeGroupSnapshot,
+func (m members) ensureSnapshot(ctx context.Context, vgs *groupv1.VolumeGroupSnapshot,
 	content *groupv1.VolumeGroupSnapshotContent, key string) (*snapshotv1.VolumeSnapshot, error) {
 	name := protocol.MemberSnapshotName(vgs.UID, key)
-	if vs, err := g.Controller.snapshots.VolumeSnapshots(vgs.Namespace).Get(name); err == nil {
-		return g.Controller.snapshotWrites.Latest(vs), nil
+	if vs, err := m.snapshots.VolumeSnapshots(vgs.Namespace).Get(name); err == nil {
+		return m.snapshotWriter.Cache().Latest(vs), nil
 	} else if !apierrors.IsNotFound(err) {
 		return nil, err
 	}
-	if own, ok := g.Controller.snapshotWrites.Get(controller.Key{Namespace: vgs.Namespace, Name: name}); ok {
+	if own, ok := m.snapshotWriter.Cache().Get(controller.Key{Namespace: vgs.Namespace, Name: name}); ok {
 		return own, nil
 	}
 	finalizers := []string{protocol.SnapshotInGroupFinalizer, protocol.SnapshotAsSourceFinalizer}
@@ -97,26 +111,25 @@ func (g *groups) ensureMemberSnapshot(ctx context.Context, vgs *groupv1.VolumeGr
 			VolumeSnapshotContentName: ptr(protocol.MemberContentName(vgs.UID, key)),
 		}},
 	}
-	created, err := g.client.SnapshotV1().VolumeSnapshots(vgs.Namespace).Create(ctx, vs, metav1.CreateOptions{})
+	created, err := m.snapshotWriter.Create(ctx, vs)
 	if err != nil {
-		return nil, fmt.Errorf("create member snapshot %s: %w", name, err)
+		return nil, err
 	}
-	g.Controller.snapshotWrites.Record(created)
 	klog.FromContext(ctx).V(2).Info("Created member snapshot", "snapshot", name)
 	return created, nil
 }
 
-// ensureMemberContent creates the pre-provisioned content of a member, bound to its snapshot
+// ensureContent creates the pre-provisioned content of a member, bound to its snapshot
 // from the start, with the status the group content reported for it.
-func (g *groups) ensureMemberContent(ctx context.Context, vs *snapshotv1.VolumeSnapshot,
+func (m members) ensureContent(ctx context.Context, vs *snapshotv1.VolumeSnapshot,
 	group *groupv1.VolumeGroupSnapshotContent, info groupv1.VolumeSnapshotInfo) error {
 	name := *vs.Spec.Source.VolumeSnapshotContentName
-	if _, err := g.Controller.contents.Get(name); err == nil {
+	if _, err := m.contents.Get(name); err == nil {
 		return nil
 	} else if !apierrors.IsNotFound(err) {
 		return err
 	}
-	if _, ok := g.Controller.contentWrites.Get(controller.Key{Name: name}); ok {
+	if _, ok := m.contentWriter.Cache().Get(controller.Key{Name: name}); ok {
 		return nil
 	}
 	handle := *group.Status.VolumeGroupSnapshotHandle
@@ -134,7 +147,7 @@ func (g *groups) ensureMemberContent(ctx context.Context, vs *snapshotv1.VolumeS
 			Source: snapshotv1.VolumeSnapshotContentSource{SnapshotHandle: ptr(info.SnapshotHandle)},
 		},
 	}
-	created, err := g.createContent(ctx, content)
+	created, err := m.contentWriter.Create(ctx, content)
 	if err != nil {
 		return err
 	}
@@ -142,56 +155,51 @@ func (g *groups) ensureMemberContent(ctx context.Context, vs *snapshotv1.VolumeS
 		SnapshotHandle: ptr(info.SnapshotHandle), CreationTime: info.CreationTime, RestoreSize: info.RestoreSize,
 		ReadyToUse: ptr(info.ReadyToUse == nil || *info.ReadyToUse), VolumeGroupSnapshotHandle: &handle,
 	}
-	result, err := g.contentClient.SnapshotV1().VolumeSnapshotContents().UpdateStatus(ctx, created, metav1.UpdateOptions{})
-	if err != nil {
-		return fmt.Errorf("member content %s status: %w", name, err)
+	if _, err := m.contentWriter.UpdateStatus(ctx, created); err != nil {
+		return err
 	}
-	g.Controller.contentWrites.Record(result)
 	// Our own status write raises no event for the member's sync; wake it here.
-	g.Controller.snapshotQueue.Add(controller.KeyOf(vs))
+	m.wake(controller.KeyOf(vs))
 	return nil
 }
 
-// releaseMembers lets the members of a group go: each loses its in-group finalizer and is
+// release lets the members of a group go: each loses its in-group finalizer and is
 // deleted, and the single-snapshot sync then handles its content per the deletion policy.
 // It tells whether any member is still there.
 //
 // A member that was deleted on its own before changes only by this controller's own write here,
 // which raises no event: it is queued explicitly, or it would keep its other finalizers and the
 // group would wait for it forever.
-func (g *groups) releaseMembers(ctx context.Context, vgs *groupv1.VolumeGroupSnapshot, content *groupv1.VolumeGroupSnapshotContent) (bool, error) {
+func (m members) release(ctx context.Context, vgs *groupv1.VolumeGroupSnapshot, content *groupv1.VolumeGroupSnapshotContent) (bool, error) {
 	left := false
-	for _, vs := range g.membersOf(vgs, content) {
+	for _, vs := range m.of(vgs, content) {
 		left = true
-		if hasFinalizer(vs, protocol.SnapshotInGroupFinalizer) {
+		if kube.HasFinalizer(vs, protocol.SnapshotInGroupFinalizer) {
 			updated := vs.DeepCopy()
-			updated.Finalizers, _ = withFinalizers(vs.Finalizers, nil, []string{protocol.SnapshotInGroupFinalizer})
+			updated.Finalizers, _ = kube.WithFinalizers(vs.Finalizers, nil, []string{protocol.SnapshotInGroupFinalizer})
 			var err error
-			if vs, err = g.patchSnapshot(ctx, vs, updated); err != nil {
+			if vs, err = m.snapshotWriter.Patch(ctx, vs, updated); err != nil {
 				return true, ignoreNotFound(err)
 			}
-			g.Controller.snapshotQueue.Add(controller.KeyOf(vs))
+			m.wake(controller.KeyOf(vs))
 		}
 		if vs.DeletionTimestamp == nil {
-			uid := vs.UID
-			err := g.client.SnapshotV1().VolumeSnapshots(vs.Namespace).Delete(ctx, vs.Name,
-				metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &uid}})
-			if ignoreNotFound(err) != nil {
-				return true, fmt.Errorf("delete member %s: %w", vs.Name, err)
+			if err := m.snapshotWriter.Delete(ctx, vs); ignoreNotFound(err) != nil {
+				return true, err
 			}
 		}
 	}
 	return left, nil
 }
 
-// membersOf lists the member snapshots of vgs: those in the informer cache, and those this
+// of lists the member snapshots of vgs: those in the informer cache, and those this
 // controller created from the group content's report that the cache does not show yet (a
 // group deleted right after its members were made must not miss them and leave them behind).
-func (g *groups) membersOf(vgs *groupv1.VolumeGroupSnapshot, content *groupv1.VolumeGroupSnapshotContent) []*snapshotv1.VolumeSnapshot {
-	members := indexed[*snapshotv1.VolumeSnapshot](g.snapshotIndexer, byGroup, string(vgs.UID))
+func (m members) of(vgs *groupv1.VolumeGroupSnapshot, content *groupv1.VolumeGroupSnapshotContent) []*snapshotv1.VolumeSnapshot {
+	members := indexed[*snapshotv1.VolumeSnapshot](m.snapshotIndexer, byGroup, string(vgs.UID))
 	seen := map[string]bool{}
 	for i, vs := range members {
-		members[i] = g.Controller.snapshotWrites.Latest(vs)
+		members[i] = m.snapshotWriter.Cache().Latest(vs)
 		seen[vs.Name] = true
 	}
 	if content == nil || content.Status == nil {
@@ -202,27 +210,10 @@ func (g *groups) membersOf(vgs *groupv1.VolumeGroupSnapshot, content *groupv1.Vo
 		if seen[key.Name] {
 			continue
 		}
-		own, ok := g.Controller.snapshotWrites.Get(key)
+		own, ok := m.snapshotWriter.Cache().Get(key)
 		if ok && (own.DeletionTimestamp == nil || len(own.Finalizers) > 0) { // not released already
 			members = append(members, own)
 		}
 	}
 	return members
-}
-
-// heldByGroup tells whether a member snapshot's group still exists to let it go. A member whose
-// group is gone (deleted before it saw the member, or its finalizer removed by hand) lets
-// itself go, so that it never waits for a group that cannot come back.
-func (c *Controller) heldByGroup(ctx context.Context, vs *snapshotv1.VolumeSnapshot) (bool, error) {
-	g := c.groups.Load()
-	owner := groupOwner(vs)
-	if g == nil || owner == nil {
-		return g == nil, nil
-	}
-	gone, err := refGone(ctx, owner.UID, func() (metav1.Object, error) {
-		return g.snapshots.VolumeGroupSnapshots(vs.Namespace).Get(owner.Name)
-	}, func(ctx context.Context) (metav1.Object, error) {
-		return c.client.GroupsnapshotV1().VolumeGroupSnapshots(vs.Namespace).Get(ctx, owner.Name, metav1.GetOptions{})
-	})
-	return !gone, err
 }

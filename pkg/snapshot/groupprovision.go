@@ -6,37 +6,29 @@ import (
 	"sort"
 
 	corev1 "k8s.io/api/core/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/klog/v2"
 
 	groupv1 "github.com/shutter-csi/shutter/client/apis/volumegroupsnapshot/v1"
-	snapshotv1 "github.com/shutter-csi/shutter/client/apis/volumesnapshot/v1"
-	"github.com/shutter-csi/shutter/pkg/controller"
 	"github.com/shutter-csi/shutter/pkg/protocol"
 )
 
-type snapshotError = snapshotv1.VolumeSnapshotError
-
-// provisionGroup selects the claims, picks the class, and creates the group content.
-func (g *groups) provisionGroup(ctx context.Context, vgs *groupv1.VolumeGroupSnapshot) error {
-	driver, handles, err := g.selectVolumes(vgs)
+// plan selects the claims, picks the class, and builds the group content.
+func (k *groupKind) plan(_ context.Context, vgs *groupv1.VolumeGroupSnapshot) (plan[*groupv1.VolumeGroupSnapshotContent], error) {
+	var p plan[*groupv1.VolumeGroupSnapshotContent]
+	driver, handles, err := k.selectVolumes(vgs)
 	if err != nil {
-		return g.failGroup(ctx, vgs, err)
+		return p, &inputError{ReasonGroupInvalid, err}
 	}
-	class, err := g.groupClass(vgs, driver)
+	class, err := k.groupClass(vgs, driver)
 	if err != nil {
-		return g.failGroup(ctx, vgs, err)
+		return p, &inputError{ReasonGroupInvalid, err}
 	}
 	name := protocol.GroupContentName(vgs.UID)
 	secret, err := protocol.ResolveSecret(class.Parameters, protocol.GroupSecret, protocol.TemplateValues{
 		ContentName: name, SnapshotName: vgs.Name, SnapshotNamespace: vgs.Namespace,
 	})
 	if err != nil {
-		return g.failGroup(ctx, vgs, fmt.Errorf("VolumeGroupSnapshotClass %s: %w", class.Name, err))
-	}
-	if vgs, err = g.ensureGroupFinalizer(ctx, vgs); err != nil {
-		return err
+		return p, &inputError{ReasonGroupInvalid, fmt.Errorf("VolumeGroupSnapshotClass %s: %w", class.Name, err)}
 	}
 	content := &groupv1.VolumeGroupSnapshotContent{
 		ObjectMeta: metav1.ObjectMeta{Name: name, Finalizers: []string{protocol.GroupContentBoundFinalizer}},
@@ -54,25 +46,17 @@ func (g *groups) provisionGroup(ctx context.Context, vgs *groupv1.VolumeGroupSna
 			protocol.AnnGroupDeletionSecretName: secret.Name, protocol.AnnGroupDeletionSecretNamespace: secret.Namespace,
 		}
 	}
-	created, err := g.contentClient.GroupsnapshotV1().VolumeGroupSnapshotContents().Create(ctx, content, metav1.CreateOptions{})
-	if apierrors.IsAlreadyExists(err) {
-		return controller.RequeueAfter(0, "group content exists; waiting for the informer")
-	} else if err != nil {
-		return fmt.Errorf("create group content %s: %w", name, err)
-	}
-	g.contentWrites.Record(created)
-	klog.FromContext(ctx).V(2).Info("Created group content", "content", name, "volumes", len(handles))
-	return g.syncBoundGroup(ctx, vgs, created)
+	return plan[*groupv1.VolumeGroupSnapshotContent]{content: content, policy: class.DeletionPolicy, class: class.Name}, nil
 }
 
 // selectVolumes returns the driver and sorted volume handles of the claims the selector picks:
 // at least one, every one bound, CSI, and of one driver.
-func (g *groups) selectVolumes(vgs *groupv1.VolumeGroupSnapshot) (string, []string, error) {
+func (k *groupKind) selectVolumes(vgs *groupv1.VolumeGroupSnapshot) (string, []string, error) {
 	selector, err := metav1.LabelSelectorAsSelector(vgs.Spec.Source.Selector)
 	if err != nil {
 		return "", nil, fmt.Errorf("invalid selector: %w", err)
 	}
-	claims, err := g.claims.PersistentVolumeClaims(vgs.Namespace).List(selector)
+	claims, err := k.claims.PersistentVolumeClaims(vgs.Namespace).List(selector)
 	if err != nil {
 		return "", nil, err
 	}
@@ -85,7 +69,7 @@ func (g *groups) selectVolumes(vgs *groupv1.VolumeGroupSnapshot) (string, []stri
 		if pvc.Status.Phase != corev1.ClaimBound || pvc.Spec.VolumeName == "" {
 			return "", nil, fmt.Errorf("PersistentVolumeClaim %s is not bound yet", pvc.Name)
 		}
-		pv, err := g.volumes.Get(pvc.Spec.VolumeName)
+		pv, err := k.volumes.Get(pvc.Spec.VolumeName)
 		if err != nil {
 			return "", nil, fmt.Errorf("PersistentVolume %s of claim %s: %w", pvc.Spec.VolumeName, pvc.Name, err)
 		}
@@ -103,9 +87,9 @@ func (g *groups) selectVolumes(vgs *groupv1.VolumeGroupSnapshot) (string, []stri
 }
 
 // groupClass returns the class the group names, or the one default group class of driver.
-func (g *groups) groupClass(vgs *groupv1.VolumeGroupSnapshot, driver string) (*groupv1.VolumeGroupSnapshotClass, error) {
+func (k *groupKind) groupClass(vgs *groupv1.VolumeGroupSnapshot, driver string) (*groupv1.VolumeGroupSnapshotClass, error) {
 	return classPicker[*groupv1.VolumeGroupSnapshotClass]{
-		kind: "VolumeGroupSnapshotClass", get: g.classes.Get, indexer: g.classIndexer, defaultAnn: protocol.AnnGroupDefaultClass,
+		kind: "VolumeGroupSnapshotClass", get: k.classes.Get, indexer: k.classIndexer, defaultAnn: protocol.AnnGroupDefaultClass,
 		driverOf: func(class *groupv1.VolumeGroupSnapshotClass) string { return class.Driver },
 	}.pick(vgs.Spec.VolumeGroupSnapshotClassName, driver)
 }

@@ -33,11 +33,11 @@ func TestGroupReadyEvent(t *testing.T) {
 			}
 			c, _, snap, recorder := testController(t, vgs)
 			c.opts.ReadyEvents = tc.events
-			g, err := newGroups(c, snapinformers.NewSharedInformerFactory(snap, 0))
+			g, err := c.newGroups(snapinformers.NewSharedInformerFactory(snap, 0))
 			if err != nil {
 				t.Fatal(err)
 			}
-			if err := g.writeGroupStatus(context.Background(), vgs, desiredGroupStatus(content, true)); err != nil {
+			if _, err := g.r.writeStatus(context.Background(), vgs, g.r.kind.withStatus(vgs, content, true)); err != nil {
 				t.Fatal(err)
 			}
 			if got := len(writes(snap.Actions())); got != tc.wantWrites {

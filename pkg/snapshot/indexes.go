@@ -19,8 +19,6 @@ const (
 	byDriver = "driver"
 	// byGroup indexes VolumeSnapshots by the uid of the VolumeGroupSnapshot that owns them.
 	byGroup = "group"
-	// bySnapshotRef indexes VolumeSnapshotContents by the "namespace/name" of their snapshot ref.
-	bySnapshotRef = "snapshotRef"
 )
 
 func nsName(namespace, name string) string { return namespace + "/" + name }
@@ -65,15 +63,6 @@ func classesByDriver(obj any) ([]string, error) {
 		return []string{class.Driver}, nil
 	}
 	return nil, nil
-}
-
-func contentsBySnapshotRef(obj any) ([]string, error) {
-	content, ok := obj.(*snapshotv1.VolumeSnapshotContent)
-	if !ok {
-		return nil, nil
-	}
-	ref := content.Spec.VolumeSnapshotRef
-	return []string{nsName(ref.Namespace, ref.Name)}, nil
 }
 
 // indexed returns the objects of type T under key in index.

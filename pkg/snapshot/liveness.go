@@ -19,6 +19,7 @@ import (
 	"k8s.io/klog/v2"
 
 	snapshotv1 "github.com/shutter-csi/shutter/client/apis/volumesnapshot/v1"
+	"github.com/shutter-csi/shutter/pkg/kube"
 	"github.com/shutter-csi/shutter/pkg/metrics"
 	"github.com/shutter-csi/shutter/pkg/protocol"
 )
@@ -96,7 +97,7 @@ func (c *Controller) runLiveness(ctx context.Context) {
 // waitingContents returns, per driver, the contents that have waited longer than the threshold
 // for their sidecar: to be created, or deleted from the backend.
 func (c *Controller) waitingContents(now time.Time) map[string][]*snapshotv1.VolumeSnapshotContent {
-	contents, err := c.contents.List(everything)
+	contents, err := c.single.contents.List(everything)
 	if err != nil {
 		return nil
 	}
@@ -105,7 +106,7 @@ func (c *Controller) waitingContents(now time.Time) map[string][]*snapshotv1.Vol
 		since, waits := content.CreationTimestamp.Time, false
 		switch {
 		case content.DeletionTimestamp != nil:
-			since, waits = content.DeletionTimestamp.Time, hasFinalizer(content, protocol.ContentBoundFinalizer)
+			since, waits = content.DeletionTimestamp.Time, kube.HasFinalizer(content, protocol.ContentBoundFinalizer)
 		default:
 			st := content.Status
 			ready, failed := st != nil && st.ReadyToUse != nil && *st.ReadyToUse, st != nil && st.Error != nil
@@ -157,7 +158,7 @@ func (c *Controller) warnNoSidecar(ctx context.Context, content *snapshotv1.Volu
 		content.Name, now.Sub(since).Round(time.Second), content.Spec.Driver, what, strings.Join(protocol.SidecarLeaseNames(content.Spec.Driver), " or "))
 	klog.FromContext(ctx).Info("No live sidecar for a waiting content", "content", klog.KObj(content), "driver", content.Spec.Driver)
 	ref := content.Spec.VolumeSnapshotRef
-	if vs, err := c.snapshots.VolumeSnapshots(ref.Namespace).Get(ref.Name); err == nil && (ref.UID == "" || vs.UID == ref.UID) {
+	if vs, err := c.single.snapshots.VolumeSnapshots(ref.Namespace).Get(ref.Name); err == nil && (ref.UID == "" || vs.UID == ref.UID) {
 		c.recorder.Event(vs, corev1.EventTypeWarning, ReasonNoSidecar, msg)
 		return
 	}

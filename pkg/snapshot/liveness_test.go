@@ -59,7 +59,7 @@ func TestSidecarLiveness(t *testing.T) {
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			c, kube, _, recorder := testController(t, newSnapshot(boundTo("c")), tc.content)
-			c.clock = clocktesting.NewFakePassiveClock(now)
+			setClock(c, clocktesting.NewFakePassiveClock(now))
 			for _, l := range tc.leases {
 				if _, err := kube.CoordinationV1().Leases(l.Namespace).Create(context.Background(), l, metav1.CreateOptions{}); err != nil {
 					t.Fatal(err)

@@ -32,7 +32,7 @@ func (g *gauges) Describe(ch chan<- *prometheus.Desc) {
 }
 
 func (g *gauges) Collect(ch chan<- prometheus.Metric) {
-	vss, err := g.c.snapshots.List(everything)
+	vss, err := g.c.single.snapshots.List(everything)
 	if err != nil {
 		return
 	}
@@ -54,7 +54,7 @@ func (g *gauges) Collect(ch chan<- prometheus.Metric) {
 
 // Collectors returns the controller's metrics to register.
 func (c *Controller) Collectors() []prometheus.Collector {
-	collectors := []prometheus.Collector{newGauges(c), newStateMetrics(c), metrics.Operations}
+	collectors := []prometheus.Collector{newGauges(c), newStateMetrics(c), metrics.Operations, c.writes.count}
 	if c.liveness != nil {
 		collectors = append(collectors, livenessMetrics{c})
 	}

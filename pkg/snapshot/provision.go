@@ -9,62 +9,49 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/tools/cache"
-	"k8s.io/klog/v2"
 
 	snapshotv1 "github.com/shutter-csi/shutter/client/apis/volumesnapshot/v1"
-	"github.com/shutter-csi/shutter/pkg/controller"
+	"github.com/shutter-csi/shutter/pkg/kube"
 	"github.com/shutter-csi/shutter/pkg/protocol"
 )
 
-// provision takes a dynamic snapshot's first steps: check the source claim and the class, protect
-// the claim and the snapshot with finalizers, and create the content for the sidecar.
-func (c *Controller) provision(ctx context.Context, vs *snapshotv1.VolumeSnapshot) error {
-	pvc, pv, err := c.sourceVolume(vs)
+// plan checks a dynamic snapshot's source claim and class and builds its content; the claim is
+// protected with a finalizer before the snapshot gets its own.
+func (k *snapshotKind) plan(_ context.Context, vs *snapshotv1.VolumeSnapshot) (plan[*snapshotv1.VolumeSnapshotContent], error) {
+	var p plan[*snapshotv1.VolumeSnapshotContent]
+	pvc, pv, err := k.sourceVolume(vs)
 	if err != nil {
-		return c.fail(ctx, vs, ReasonInvalidSource, err)
+		return p, &inputError{ReasonInvalidSource, err}
 	}
-	class, err := c.snapshotClass(vs, pv.Spec.CSI.Driver)
+	class, err := k.snapshotClass(vs, pv.Spec.CSI.Driver)
 	if err != nil {
-		return c.fail(ctx, vs, ReasonInvalidClass, err)
+		return p, &inputError{ReasonInvalidClass, err}
 	}
-	content, err := c.newContent(vs, pvc, pv, class)
+	content, err := k.newContent(vs, pvc, pv, class)
 	if err != nil {
-		return c.fail(ctx, vs, ReasonInvalidSecret, err)
+		return p, &inputError{ReasonInvalidSecret, err}
 	}
-	if err := c.protectClaim(ctx, pvc); err != nil {
-		return err
-	}
-	if vs, err = c.ensureSnapshotFinalizers(ctx, vs, class.DeletionPolicy, class.Name); err != nil {
-		return err
-	}
-	created, err := c.createContent(ctx, content)
-	if apierrors.IsAlreadyExists(err) {
-		// Made by an earlier try whose result the lister has not seen yet.
-		return controller.RequeueAfter(0, "content exists; waiting for the informer")
-	} else if err != nil {
-		return err
-	}
-	klog.FromContext(ctx).V(2).Info("Created content", "content", created.Name, "class", class.Name)
-	return c.syncBound(ctx, vs, created)
+	return plan[*snapshotv1.VolumeSnapshotContent]{content: content, policy: class.DeletionPolicy, class: class.Name,
+		prepare: func(ctx context.Context) error { return k.protectClaim(ctx, pvc) }}, nil
 }
 
 // sourceVolume returns the snapshot's source claim and its volume, which must be bound and CSI.
-func (c *Controller) sourceVolume(vs *snapshotv1.VolumeSnapshot) (*corev1.PersistentVolumeClaim, *corev1.PersistentVolume, error) {
+func (k *snapshotKind) sourceVolume(vs *snapshotv1.VolumeSnapshot) (*corev1.PersistentVolumeClaim, *corev1.PersistentVolume, error) {
 	name := *vs.Spec.Source.PersistentVolumeClaimName
-	pvc, err := c.claims.PersistentVolumeClaims(vs.Namespace).Get(name)
+	pvc, err := k.claims.PersistentVolumeClaims(vs.Namespace).Get(name)
 	if apierrors.IsNotFound(err) {
 		return nil, nil, fmt.Errorf("source PersistentVolumeClaim %s does not exist", name)
 	} else if err != nil {
 		return nil, nil, err
 	}
-	pvc = c.claimWrites.Latest(pvc)
-	if pvc.DeletionTimestamp != nil && !hasFinalizer(pvc, protocol.PVCAsSourceFinalizer) {
+	pvc = k.claimWriter.Cache().Latest(pvc)
+	if pvc.DeletionTimestamp != nil && !kube.HasFinalizer(pvc, protocol.PVCAsSourceFinalizer) {
 		return nil, nil, fmt.Errorf("source PersistentVolumeClaim %s is being deleted", name)
 	}
 	if pvc.Status.Phase != corev1.ClaimBound || pvc.Spec.VolumeName == "" {
 		return nil, nil, fmt.Errorf("source PersistentVolumeClaim %s is not bound yet", name)
 	}
-	pv, err := c.volumes.Get(pvc.Spec.VolumeName)
+	pv, err := k.volumes.Get(pvc.Spec.VolumeName)
 	if apierrors.IsNotFound(err) {
 		return nil, nil, fmt.Errorf("PersistentVolume %s of claim %s does not exist", pvc.Spec.VolumeName, name)
 	} else if err != nil {
@@ -77,9 +64,9 @@ func (c *Controller) sourceVolume(vs *snapshotv1.VolumeSnapshot) (*corev1.Persis
 }
 
 // snapshotClass returns the class the snapshot names, or the one default class of driver.
-func (c *Controller) snapshotClass(vs *snapshotv1.VolumeSnapshot, driver string) (*snapshotv1.VolumeSnapshotClass, error) {
+func (k *snapshotKind) snapshotClass(vs *snapshotv1.VolumeSnapshot, driver string) (*snapshotv1.VolumeSnapshotClass, error) {
 	return classPicker[*snapshotv1.VolumeSnapshotClass]{
-		kind: "VolumeSnapshotClass", get: c.classes.Get, indexer: c.classIndexer, defaultAnn: protocol.AnnDefaultClass,
+		kind: "VolumeSnapshotClass", get: k.classes.Get, indexer: k.classIndexer, defaultAnn: protocol.AnnDefaultClass,
 		driverOf: func(class *snapshotv1.VolumeSnapshotClass) string { return class.Driver },
 	}.pick(vs.Spec.VolumeSnapshotClassName, driver)
 }
@@ -125,7 +112,7 @@ func (p classPicker[T]) pick(name *string, driver string) (T, error) {
 }
 
 // newContent builds the dynamic content of vs.
-func (c *Controller) newContent(vs *snapshotv1.VolumeSnapshot, pvc *corev1.PersistentVolumeClaim, pv *corev1.PersistentVolume,
+func (k *snapshotKind) newContent(vs *snapshotv1.VolumeSnapshot, pvc *corev1.PersistentVolumeClaim, pv *corev1.PersistentVolume,
 	class *snapshotv1.VolumeSnapshotClass) (*snapshotv1.VolumeSnapshotContent, error) {
 	name := protocol.ContentName(vs.UID)
 	content := &snapshotv1.VolumeSnapshotContent{
@@ -141,7 +128,7 @@ func (c *Controller) newContent(vs *snapshotv1.VolumeSnapshot, pvc *corev1.Persi
 			Source:                  snapshotv1.VolumeSnapshotContentSource{VolumeHandle: ptr(pv.Spec.CSI.VolumeHandle)},
 		},
 	}
-	if c.opts.PreventVolumeModeConversion {
+	if k.preventVolumeModeConversion {
 		mode := corev1.PersistentVolumeFilesystem
 		if pvc.Spec.VolumeMode != nil {
 			mode = *pvc.Spec.VolumeMode
@@ -159,7 +146,7 @@ func (c *Controller) newContent(vs *snapshotv1.VolumeSnapshot, pvc *corev1.Persi
 			protocol.AnnDeletionSecretName: secret.Name, protocol.AnnDeletionSecretNamespace: secret.Namespace,
 		}
 	}
-	if c.opts.DistributedSnapshotting {
+	if k.distributedSnapshotting {
 		node, err := volumeNode(pv)
 		if err != nil {
 			return nil, err
@@ -184,41 +171,41 @@ func volumeNode(pv *corev1.PersistentVolume) (string, error) {
 }
 
 // protectClaim adds the pvc-as-source finalizer while a snapshot of the claim is being taken.
-func (c *Controller) protectClaim(ctx context.Context, pvc *corev1.PersistentVolumeClaim) error {
-	finalizers, changed := withFinalizers(pvc.Finalizers, []string{protocol.PVCAsSourceFinalizer}, nil)
+func (k *snapshotKind) protectClaim(ctx context.Context, pvc *corev1.PersistentVolumeClaim) error {
+	finalizers, changed := kube.WithFinalizers(pvc.Finalizers, []string{protocol.PVCAsSourceFinalizer}, nil)
 	if !changed {
 		return nil
 	}
 	updated := pvc.DeepCopy()
 	updated.Finalizers = finalizers
-	_, err := c.patchClaim(ctx, pvc, updated)
+	_, err := k.claimWriter.Patch(ctx, pvc, updated)
 	return err
 }
 
 // releaseClaim drops the pvc-as-source finalizer of vs's source claim once no snapshot of that
 // claim is still being taken.
-func (c *Controller) releaseClaim(ctx context.Context, vs *snapshotv1.VolumeSnapshot) error {
+func (k *snapshotKind) releaseClaim(ctx context.Context, vs *snapshotv1.VolumeSnapshot) error {
 	name := vs.Spec.Source.PersistentVolumeClaimName
 	if name == nil || beingTaken(vs) {
 		return nil
 	}
-	pvc, err := c.claims.PersistentVolumeClaims(vs.Namespace).Get(*name)
+	pvc, err := k.claims.PersistentVolumeClaims(vs.Namespace).Get(*name)
 	if err != nil {
 		return ignoreNotFound(err)
 	}
-	pvc = c.claimWrites.Latest(pvc)
-	if !hasFinalizer(pvc, protocol.PVCAsSourceFinalizer) {
+	pvc = k.claimWriter.Cache().Latest(pvc)
+	if !kube.HasFinalizer(pvc, protocol.PVCAsSourceFinalizer) {
 		return nil
 	}
-	for _, other := range indexed[*snapshotv1.VolumeSnapshot](c.snapshotIndexer, bySourcePVC, nsName(pvc.Namespace, pvc.Name)) {
-		other = c.snapshotWrites.Latest(other)
+	for _, other := range indexed[*snapshotv1.VolumeSnapshot](k.snapshotIndexer, bySourcePVC, nsName(pvc.Namespace, pvc.Name)) {
+		other = k.snapshotWrites.Latest(other)
 		if other.UID != vs.UID && beingTaken(other) {
 			return nil
 		}
 	}
 	updated := pvc.DeepCopy()
-	updated.Finalizers, _ = withFinalizers(pvc.Finalizers, nil, []string{protocol.PVCAsSourceFinalizer})
-	_, err = c.patchClaim(ctx, pvc, updated)
+	updated.Finalizers, _ = kube.WithFinalizers(pvc.Finalizers, nil, []string{protocol.PVCAsSourceFinalizer})
+	_, err = k.claimWriter.Patch(ctx, pvc, updated)
 	return err
 }
 

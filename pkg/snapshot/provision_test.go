@@ -58,8 +58,8 @@ func TestNewContent(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			c := &Controller{opts: tc.opts}
-			content, err := c.newContent(vs, &tc.pvc, tc.pv, class)
+			k := &snapshotKind{preventVolumeModeConversion: tc.opts.PreventVolumeModeConversion, distributedSnapshotting: tc.opts.DistributedSnapshotting}
+			content, err := k.newContent(vs, &tc.pvc, tc.pv, class)
 			if tc.wantErr != "" {
 				if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
 					t.Fatalf("got %v, want error %q", err, tc.wantErr)

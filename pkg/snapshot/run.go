@@ -2,6 +2,7 @@ package snapshot
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
@@ -23,6 +24,7 @@ import (
 	snapscheme "github.com/shutter-csi/shutter/client/clientset/versioned/scheme"
 	snapinformers "github.com/shutter-csi/shutter/client/informers/externalversions"
 	"github.com/shutter-csi/shutter/pkg/app"
+	"github.com/shutter-csi/shutter/pkg/kube"
 	"github.com/shutter-csi/shutter/pkg/metrics"
 	"github.com/shutter-csi/shutter/pkg/schedule"
 )
@@ -145,65 +147,39 @@ func EventScheme() *runtime.Scheme {
 
 // waitForCRDs waits, with a doubling backoff capped at maxInterval, until the API server serves
 // the snapshot kinds, and fails with a clear message once a wait would exceed the cap.
-func waitForCRDs(ctx context.Context, kube kubernetes.Interface, maxInterval time.Duration) error {
+func waitForCRDs(ctx context.Context, kubeClient kubernetes.Interface, maxInterval time.Duration) error {
 	logger := klog.FromContext(ctx)
 	want := []string{"volumesnapshots", "volumesnapshotcontents", "volumesnapshotclasses"}
-	for delay := time.Second; ; delay *= 2 {
-		missing, err := missingResources(kube, snapshotv1.SchemeGroupVersion.String(), want)
-		if err == nil && len(missing) == 0 {
-			return nil
-		}
-		if delay > maxInterval {
-			return fmt.Errorf("the API server does not serve %s %v (last error: %v); install Shutter's CRDs (client/config/crd) and start again",
-				snapshotv1.SchemeGroupVersion, missing, err)
-		}
-		logger.Info("Waiting for the snapshot CRDs", "missing", missing, "retryIn", delay, "err", err)
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-time.After(delay):
-		}
+	err := kube.WaitServed(ctx, kubeClient.Discovery(), snapshotv1.SchemeGroupVersion.String(), want, kube.Poll{
+		Interval: time.Second, Factor: 2, Max: maxInterval,
+		OnMissing: func(missing []string, err error, retryIn time.Duration) {
+			logger.Info("Waiting for the snapshot CRDs", "missing", missing, "retryIn", retryIn, "err", err)
+		},
+	})
+	var notServed *kube.NotServedError
+	if errors.As(err, &notServed) {
+		return fmt.Errorf("%w; install Shutter's CRDs (client/config/crd) and start again", err)
 	}
+	return err
 }
 
 // enableGroupsWhenServed starts the group reconcilers as soon as the API server serves the group
 // kinds: at once when their CRDs are installed, or whenever they are installed later, without a
 // restart. Single snapshots are served meanwhile.
-func enableGroupsWhenServed(ctx context.Context, kube kubernetes.Interface, c *Controller, factory snapinformers.SharedInformerFactory) {
+func enableGroupsWhenServed(ctx context.Context, kubeClient kubernetes.Interface, c *Controller, factory snapinformers.SharedInformerFactory) {
 	logger := klog.FromContext(ctx)
 	want := []string{"volumegroupsnapshots", "volumegroupsnapshotcontents", "volumegroupsnapshotclasses"}
-	for {
-		missing, err := missingResources(kube, groupv1.SchemeGroupVersion.String(), want)
-		if err == nil && len(missing) == 0 {
-			if err := c.EnableGroups(ctx, factory); err != nil {
-				logger.Error(err, "Cannot start group snapshot reconcilers")
-			}
-			return
-		}
-		logger.Info("Group snapshot CRDs are not installed; serving single snapshots only and checking again later",
-			"missing", missing, "retryIn", groupCRDPoll)
-		select {
-		case <-ctx.Done():
-			return
-		case <-time.After(groupCRDPoll):
-		}
-	}
-}
-
-func missingResources(kube kubernetes.Interface, groupVersion string, want []string) ([]string, error) {
-	list, err := kube.Discovery().ServerResourcesForGroupVersion(groupVersion)
+	err := kube.WaitServed(ctx, kubeClient.Discovery(), groupv1.SchemeGroupVersion.String(), want, kube.Poll{
+		Interval: groupCRDPoll,
+		OnMissing: func(missing []string, _ error, retryIn time.Duration) {
+			logger.Info("Group snapshot CRDs are not installed; serving single snapshots only and checking again later",
+				"missing", missing, "retryIn", retryIn)
+		},
+	})
 	if err != nil {
-		return want, err
+		return
 	}
-	served := map[string]bool{}
-	for _, r := range list.APIResources {
-		served[r.Name] = true
+	if err := c.EnableGroups(ctx, factory); err != nil {
+		logger.Error(err, "Cannot start group snapshot reconcilers")
 	}
-	var missing []string
-	for _, name := range want {
-		if !served[name] {
-			missing = append(missing, name)
-		}
-	}
-	return missing, nil
 }

@@ -1,8 +1,6 @@
 package snapshot
 
 import (
-	"encoding/json"
-	"slices"
 	"testing"
 	"time"
 
@@ -53,39 +51,6 @@ func TestDesiredStatus(t *testing.T) {
 				t.Error("an old controller error survived binding")
 			}
 		})
-	}
-}
-
-func TestWithFinalizers(t *testing.T) {
-	got, changed := withFinalizers([]string{"a", "b", "c"}, []string{"d", "a"}, []string{"b"})
-	if !changed || !slices.Equal(got, []string{"a", "c", "d"}) {
-		t.Errorf("got %v %v", got, changed)
-	}
-	if _, changed := withFinalizers([]string{"a"}, []string{"a"}, []string{"x"}); changed {
-		t.Error("no-op reported as a change")
-	}
-}
-
-func TestMergePatchHasPrecondition(t *testing.T) {
-	old := &snapshotv1.VolumeSnapshot{ObjectMeta: metav1.ObjectMeta{Name: "s", ResourceVersion: "42", Finalizers: []string{"a"}}}
-	updated := old.DeepCopy()
-	updated.Finalizers = []string{"a", "b"}
-	data, err := mergePatch(old, updated)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var patch struct {
-		Metadata struct {
-			ResourceVersion string   `json:"resourceVersion"`
-			Finalizers      []string `json:"finalizers"`
-		} `json:"metadata"`
-		Spec any `json:"spec"`
-	}
-	if err := json.Unmarshal(data, &patch); err != nil {
-		t.Fatal(err)
-	}
-	if patch.Metadata.ResourceVersion != "42" || !slices.Equal(patch.Metadata.Finalizers, []string{"a", "b"}) || patch.Spec != nil {
-		t.Errorf("patch %s", data)
 	}
 }
 

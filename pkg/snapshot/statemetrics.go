@@ -6,10 +6,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
-	groupv1 "github.com/shutter-csi/shutter/client/apis/volumegroupsnapshot/v1"
-	snapshotv1 "github.com/shutter-csi/shutter/client/apis/volumesnapshot/v1"
+	"github.com/shutter-csi/shutter/pkg/kube"
 	"github.com/shutter-csi/shutter/pkg/metrics"
-	"github.com/shutter-csi/shutter/pkg/protocol"
 )
 
 // stateMetrics reports, at each scrape and from the informer caches only, how many snapshots and
@@ -45,68 +43,28 @@ func (m *stateMetrics) Describe(ch chan<- *prometheus.Desc) {
 
 func (m *stateMetrics) Collect(ch chan<- prometheus.Metric) {
 	now := m.c.clock.Now()
+	tallyOf(m.c.singles, now).emit(ch, m.snapshots, m.snapshotsOldest)
+	if g := m.c.groups.Load(); g != nil {
+		tallyOf(g.r, now).emit(ch, m.groups, m.groupsOldest)
+	}
+}
+
+// tallyOf counts the snapshots of r's kind by driver (that of the content, or of the class before
+// the content exists) and state.
+func tallyOf[S kube.Object[S], C kube.Object[C]](r *reconciler[S, C], now time.Time) tally {
 	t := tally{}
-	if vss, err := m.c.snapshots.List(everything); err == nil {
-		for _, vs := range vss {
-			var e *snapshotv1.VolumeSnapshotError
-			if vs.Status != nil {
-				e = vs.Status.Error
-			}
-			t.add(m.c.snapshotDriver(vs), vs, isReady(vs), e != nil, now)
+	all, err := r.kind.listSnapshots(everything)
+	if err != nil {
+		return t
+	}
+	for _, s := range all {
+		driver := r.driverOf(s)
+		if driver == "" {
+			driver = metrics.DriverUnknown
 		}
+		t.add(driver, s, r.kind.ready(s), r.kind.statusError(s) != nil, now)
 	}
-	t.emit(ch, m.snapshots, m.snapshotsOldest)
-	g := m.c.groups.Load()
-	if g == nil {
-		return
-	}
-	t = tally{}
-	if vgss, err := g.snapshots.List(everything); err == nil {
-		for _, vgs := range vgss {
-			ready, failed := false, false
-			if st := vgs.Status; st != nil {
-				ready, failed = st.ReadyToUse != nil && *st.ReadyToUse, st.Error != nil
-			}
-			t.add(g.groupDriver(vgs), vgs, ready, failed, now)
-		}
-	}
-	t.emit(ch, m.groups, m.groupsOldest)
-}
-
-// snapshotDriver is the driver of vs's content, or of its class before the content exists.
-func (c *Controller) snapshotDriver(vs *snapshotv1.VolumeSnapshot) string {
-	name := boundContentName(vs)
-	if name == "" {
-		name = protocol.ContentName(vs.UID)
-	}
-	if content, err := c.contents.Get(name); err == nil {
-		return content.Spec.Driver
-	}
-	if vs.Spec.VolumeSnapshotClassName != nil {
-		if class, err := c.classes.Get(*vs.Spec.VolumeSnapshotClassName); err == nil {
-			return class.Driver
-		}
-	}
-	return metrics.DriverUnknown
-}
-
-// groupDriver is the driver of vgs's content, or of its class before the content exists.
-func (g *groups) groupDriver(vgs *groupv1.VolumeGroupSnapshot) string {
-	name := protocol.GroupContentName(vgs.UID)
-	if st := vgs.Status; st != nil && st.BoundVolumeGroupSnapshotContentName != nil {
-		name = *st.BoundVolumeGroupSnapshotContentName
-	} else if vgs.Spec.Source.VolumeGroupSnapshotContentName != nil {
-		name = *vgs.Spec.Source.VolumeGroupSnapshotContentName
-	}
-	if content, err := g.contents.Get(name); err == nil {
-		return content.Spec.Driver
-	}
-	if vgs.Spec.VolumeGroupSnapshotClassName != nil {
-		if class, err := g.classes.Get(*vgs.Spec.VolumeGroupSnapshotClassName); err == nil {
-			return class.Driver
-		}
-	}
-	return metrics.DriverUnknown
+	return t
 }
 
 // tally counts objects per driver and state and keeps the oldest age of each.

@@ -42,7 +42,7 @@ func TestStateMetrics(t *testing.T) {
 		newContent("c-new"),
 	}
 	c, _, _, _ := testController(t, objs...)
-	c.clock = clocktesting.NewFakePassiveClock(now)
+	setClock(c, clocktesting.NewFakePassiveClock(now))
 	reg := prometheus.NewPedanticRegistry()
 	reg.MustRegister(newStateMetrics(c))
 	want := `

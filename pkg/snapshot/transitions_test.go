@@ -3,6 +3,8 @@ package snapshot
 import (
 	"context"
 	"fmt"
+	"github.com/prometheus/client_golang/prometheus"
+	dto "github.com/prometheus/client_model/go"
 	"strings"
 	"testing"
 	"time"
@@ -14,6 +16,7 @@ import (
 	kubefake "k8s.io/client-go/kubernetes/fake"
 	k8stesting "k8s.io/client-go/testing"
 	"k8s.io/client-go/tools/record"
+	"k8s.io/utils/clock"
 	clocktesting "k8s.io/utils/clock/testing"
 
 	snapshotv1 "github.com/shutter-csi/shutter/client/apis/volumesnapshot/v1"
@@ -143,10 +146,35 @@ func testController(t *testing.T, objs ...runtime.Object) (*Controller, *kubefak
 	}
 	// The fake API server stamps no creation time; a clock at the zero time makes new contents
 	// look just created, as they would be.
-	c.clock = clocktesting.NewFakePassiveClock(time.Time{})
+	setClock(c, clocktesting.NewFakePassiveClock(time.Time{}))
 	kube.ClearActions()
 	snap.ClearActions()
 	return c, kube, snap, recorder
+}
+
+// setClock gives the controller and its reconcilers clk.
+func setClock(c *Controller, clk clock.PassiveClock) {
+	c.clock, c.singles.clock = clk, clk
+	if g := c.groups.Load(); g != nil {
+		g.r.clock = clk
+	}
+}
+
+// counted is the number of writes the write layer counted.
+func counted(t *testing.T, c *Controller) int {
+	t.Helper()
+	n := 0.0
+	ch := make(chan prometheus.Metric, 100)
+	c.writes.count.Collect(ch)
+	close(ch)
+	for m := range ch {
+		var out dto.Metric
+		if err := m.Write(&out); err != nil {
+			t.Fatal(err)
+		}
+		n += out.GetCounter().GetValue()
+	}
+	return int(n)
 }
 
 // writes lists the write actions as "verb resource[/subresource]".
@@ -241,14 +269,18 @@ func TestSyncSnapshotTransitions(t *testing.T) {
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			c, kube, snap, recorder := testController(t, append([]runtime.Object{tc.vs}, tc.objs...)...)
-			c.opts.ReadyEvents = true
-			err := c.syncSnapshot(context.Background(), tc.vs)
+			c.singles.readyEvents = true
+			err := c.singles.syncSnapshot(context.Background(), tc.vs)
 			switch got := outcome(err); {
 			case got != tc.outcome:
 				t.Errorf("outcome %q (%v), want %q", got, err, tc.outcome)
 			}
-			if got := strings.Join(writes(kube.Actions(), snap.Actions()), ","); got != tc.writes {
-				t.Errorf("writes:\n got %s\nwant %s", got, tc.writes)
+			got := writes(kube.Actions(), snap.Actions())
+			if strings.Join(got, ",") != tc.writes {
+				t.Errorf("writes:\n got %s\nwant %s", strings.Join(got, ","), tc.writes)
+			}
+			if n := counted(t, c); n != len(got) {
+				t.Errorf("the write layer counted %d writes, the API server got %d", n, len(got))
 			}
 			if tc.event != "" && !hasEvent(recorder, tc.event) {
 				t.Errorf("no %s event", tc.event)
@@ -276,7 +308,7 @@ func TestReadyEventsOff(t *testing.T) {
 	vs := newSnapshot(boundTo(protocol.ContentName("vs-uid")))
 	c, kube, snap, recorder := testController(t, vs, newContent(protocol.ContentName("vs-uid"), readyContent), newVolume(true),
 		newClaim(func(p *corev1.PersistentVolumeClaim) { p.Finalizers = []string{protocol.PVCAsSourceFinalizer} }))
-	if err := c.syncSnapshot(context.Background(), vs); err != nil {
+	if err := c.singles.syncSnapshot(context.Background(), vs); err != nil {
 		t.Fatal(err)
 	}
 	if got := strings.Join(writes(kube.Actions(), snap.Actions()), ","); got != "patch persistentvolumeclaims,update volumesnapshots/status" {

@@ -1,8 +1,6 @@
 package snapshot
 
 import (
-	"slices"
-
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
@@ -31,38 +29,6 @@ func keys[T metav1.Object](list func(labels.Selector) ([]T, error)) []controller
 		out = append(out, controller.KeyOf(o))
 	}
 	return out
-}
-
-// withFinalizers returns finalizers with want added and drop removed, and whether that changed
-// anything. The order of the others is kept.
-func withFinalizers(finalizers []string, want, drop []string) ([]string, bool) {
-	out := make([]string, 0, len(finalizers)+len(want))
-	changed := false
-	for _, f := range finalizers {
-		if slices.Contains(drop, f) {
-			changed = true
-			continue
-		}
-		out = append(out, f)
-	}
-	for _, f := range want {
-		if !slices.Contains(out, f) {
-			out = append(out, f)
-			changed = true
-		}
-	}
-	return out, changed
-}
-
-// boundContentName is the content a snapshot is bound to, or names as its source, or "".
-func boundContentName(vs *snapshotv1.VolumeSnapshot) string {
-	if vs.Status != nil && vs.Status.BoundVolumeSnapshotContentName != nil {
-		return *vs.Status.BoundVolumeSnapshotContentName
-	}
-	if vs.Spec.Source.VolumeSnapshotContentName != nil {
-		return *vs.Spec.Source.VolumeSnapshotContentName
-	}
-	return ""
 }
 
 func isReady(vs *snapshotv1.VolumeSnapshot) bool {

@@ -1,98 +1,67 @@
 package snapshot
 
 import (
-	"context"
-	"encoding/json"
-	"fmt"
-
-	jsonpatch "gopkg.in/evanphx/json-patch.v4"
+	"github.com/prometheus/client_golang/prometheus"
 	corev1 "k8s.io/api/core/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/types"
 
+	groupv1 "github.com/shutter-csi/shutter/client/apis/volumegroupsnapshot/v1"
 	snapshotv1 "github.com/shutter-csi/shutter/client/apis/volumesnapshot/v1"
 	"github.com/shutter-csi/shutter/pkg/controller"
+	"github.com/shutter-csi/shutter/pkg/kube"
+	"github.com/shutter-csi/shutter/pkg/metrics"
 )
 
-// Every API write of the controller goes through this file: metadata changes as JSON merge
-// patches with a resourceVersion precondition, status through the status subresource, and each
-// result recorded in the own-write cache.
-
-// patchFunc is the Patch method of a typed client.
-type patchFunc[T any] func(ctx context.Context, name string, pt types.PatchType, data []byte,
-	opts metav1.PatchOptions, subresources ...string) (T, error)
-
-// patchObject sends the merge patch that turns old into updated, on the condition that old is
-// still current, and records the result.
-func patchObject[T metav1.Object](ctx context.Context, patch patchFunc[T], writes *controller.Writes[T], old, updated T) (T, error) {
-	data, err := mergePatch(old, updated)
-	if err != nil {
-		var zero T
-		return zero, err
-	}
-	result, err := patch(ctx, old.GetName(), types.MergePatchType, data, metav1.PatchOptions{})
-	if err != nil {
-		var zero T
-		return zero, fmt.Errorf("patch %s: %w", old.GetName(), err)
-	}
-	writes.Record(result)
-	return result, nil
+// writeLayer is the controller's only way to change objects: a kube.Writer per kind it writes.
+// Metadata changes are JSON merge patches with a resourceVersion precondition, status goes
+// through the status subresource, deletes carry a uid precondition; each result is recorded in
+// the kind's own-write cache, and each request is counted (metrics.ControllerAPIWrites).
+// TestNoDirectWrites proves that no other file calls a client's write methods.
+type writeLayer struct {
+	snapshots     *kube.Writer[*snapshotv1.VolumeSnapshot]
+	contents      *kube.Writer[*snapshotv1.VolumeSnapshotContent]
+	claims        *kube.Writer[*corev1.PersistentVolumeClaim]
+	groups        *kube.Writer[*groupv1.VolumeGroupSnapshot]
+	groupContents *kube.Writer[*groupv1.VolumeGroupSnapshotContent]
+	count         *prometheus.CounterVec
 }
 
-// mergePatch is the JSON merge patch from old to updated, with old's resourceVersion as the
-// precondition. Lists such as finalizers are replaced whole, which the precondition makes safe.
-func mergePatch(old, updated metav1.Object) ([]byte, error) {
-	before, err := json.Marshal(old)
-	if err != nil {
-		return nil, err
+// newWriteLayer writes claims with clients.Kube, snapshots with clients.Snapshots and contents
+// with clients.Contents (clients.Snapshots when nil).
+func newWriteLayer(clients Clients) *writeLayer {
+	w := &writeLayer{count: prometheus.NewCounterVec(prometheus.CounterOpts{
+		Namespace: metrics.Namespace, Name: metrics.ControllerAPIWrites,
+		Help: "Writes of the snapshot-controller to the API server by kind, what was written (create, metadata, status, delete) and result.",
+	}, []string{metrics.LabelKind, metrics.LabelWrite, metrics.LabelResult})}
+	opts := kube.WriterOptions{Count: func(kind, what string, err error) {
+		result := metrics.ResultOK
+		if err != nil {
+			result = metrics.ResultError
+		}
+		w.count.WithLabelValues(kind, what, result).Inc()
+	}}
+	snaps, contents := clients.Snapshots, clients.Contents
+	if contents == nil {
+		contents = snaps
 	}
-	after, err := json.Marshal(updated)
-	if err != nil {
-		return nil, err
-	}
-	data, err := jsonpatch.CreateMergePatch(before, after)
-	if err != nil {
-		return nil, err
-	}
-	var patch map[string]any
-	if err := json.Unmarshal(data, &patch); err != nil {
-		return nil, err
-	}
-	meta, _ := patch["metadata"].(map[string]any)
-	if meta == nil {
-		meta = map[string]any{}
-		patch["metadata"] = meta
-	}
-	meta["resourceVersion"] = old.GetResourceVersion()
-	return json.Marshal(patch)
+	w.snapshots = kube.NewWriter("volumesnapshot", func(ns string) kube.Client[*snapshotv1.VolumeSnapshot] {
+		return snaps.SnapshotV1().VolumeSnapshots(ns)
+	}, newWrites[*snapshotv1.VolumeSnapshot](), opts)
+	w.contents = kube.NewWriter("volumesnapshotcontent", func(string) kube.Client[*snapshotv1.VolumeSnapshotContent] {
+		return contents.SnapshotV1().VolumeSnapshotContents()
+	}, newWrites[*snapshotv1.VolumeSnapshotContent](), opts)
+	w.claims = kube.NewWriter("persistentvolumeclaim", func(ns string) kube.Client[*corev1.PersistentVolumeClaim] {
+		return clients.Kube.CoreV1().PersistentVolumeClaims(ns)
+	}, newWrites[*corev1.PersistentVolumeClaim](), opts)
+	w.groups = kube.NewWriter("volumegroupsnapshot", func(ns string) kube.Client[*groupv1.VolumeGroupSnapshot] {
+		return snaps.GroupsnapshotV1().VolumeGroupSnapshots(ns)
+	}, newWrites[*groupv1.VolumeGroupSnapshot](), opts)
+	w.groupContents = kube.NewWriter("volumegroupsnapshotcontent", func(string) kube.Client[*groupv1.VolumeGroupSnapshotContent] {
+		return contents.GroupsnapshotV1().VolumeGroupSnapshotContents()
+	}, newWrites[*groupv1.VolumeGroupSnapshotContent](), opts)
+	return w
 }
 
-func (c *Controller) patchSnapshot(ctx context.Context, old, updated *snapshotv1.VolumeSnapshot) (*snapshotv1.VolumeSnapshot, error) {
-	return patchObject(ctx, c.client.SnapshotV1().VolumeSnapshots(old.Namespace).Patch, c.snapshotWrites, old, updated)
-}
-
-func (c *Controller) updateSnapshotStatus(ctx context.Context, vs *snapshotv1.VolumeSnapshot) (*snapshotv1.VolumeSnapshot, error) {
-	result, err := c.client.SnapshotV1().VolumeSnapshots(vs.Namespace).UpdateStatus(ctx, vs, metav1.UpdateOptions{})
-	if err != nil {
-		return nil, fmt.Errorf("update status: %w", err)
-	}
-	c.snapshotWrites.Record(result)
-	return result, nil
-}
-
-func (c *Controller) patchContent(ctx context.Context, old, updated *snapshotv1.VolumeSnapshotContent) (*snapshotv1.VolumeSnapshotContent, error) {
-	return patchObject(ctx, c.contentClient.SnapshotV1().VolumeSnapshotContents().Patch, c.contentWrites, old, updated)
-}
-
-func (c *Controller) createContent(ctx context.Context, content *snapshotv1.VolumeSnapshotContent) (*snapshotv1.VolumeSnapshotContent, error) {
-	result, err := c.contentClient.SnapshotV1().VolumeSnapshotContents().Create(ctx, content, metav1.CreateOptions{})
-	if err != nil {
-		return nil, fmt.Errorf("create content %s: %w", content.Name, err)
-	}
-	c.contentWrites.Record(result)
-	return result, nil
-}
-
-func (c *Controller) patchClaim(ctx context.Context, old, updated *corev1.PersistentVolumeClaim) (*corev1.PersistentVolumeClaim, error) {
-	return patchObject(ctx, c.kube.CoreV1().PersistentVolumeClaims(old.Namespace).Patch, c.claimWrites, old, updated)
+// newWrites is an own-write cache that trims what it keeps as the informers do.
+func newWrites[T kube.Object[T]]() *controller.Writes[T] {
+	return controller.NewWrites[T]().WithTrim(controller.Trimmed[T](trimForCache))
 }

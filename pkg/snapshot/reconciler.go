@@ -1,0 +1,266 @@
+package snapshot
+
+import (
+	"context"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/tools/record"
+	"k8s.io/klog/v2"
+	"k8s.io/utils/clock"
+
+	snapshotv1 "github.com/shutter-csi/shutter/client/apis/volumesnapshot/v1"
+	"github.com/shutter-csi/shutter/pkg/controller"
+	"github.com/shutter-csi/shutter/pkg/kube"
+)
+
+// kind is everything that differs between the two pairs of kinds the controller reconciles: a
+// VolumeSnapshot with its VolumeSnapshotContent, and a VolumeGroupSnapshot with its
+// VolumeGroupSnapshotContent. The reconciler and its transitions are written once against it
+// (reconciler.go, transitions.go); single.go and group.go adapt the API types and add the steps
+// only one pair has. S is the snapshot side, C the content side. Methods that return S or C
+// return a changed deep copy and never change their argument.
+type kind[S kube.Object[S], C kube.Object[C]] interface {
+	keys() kindKeys
+
+	// getSnapshot reads a snapshot from the lister, liveSnapshot from the API server.
+	getSnapshot(namespace, name string) (S, error)
+	liveSnapshot(ctx context.Context, namespace, name string) (S, error)
+	listSnapshots(labels.Selector) ([]S, error)
+	// statusContent is the content name the status records as bound, sourceContent the one a
+	// pre-provisioned snapshot names; "" for none.
+	statusContent(s S) string
+	sourceContent(s S) string
+	// waitsForContent tells whether s waits for someone else to create its content (a member of
+	// a group, whose group makes it).
+	waitsForContent(s S) bool
+	ready(s S) bool
+	// statusError is status.error, nil for none; hasStatus tells whether s has a status at all.
+	statusError(s S) *snapshotv1.VolumeSnapshotError
+	hasStatus(s S) bool
+	status(s S) any
+	// withError returns s with e in status and not ready; withStatus returns s with the status
+	// its content c (and, for a group, its members' readiness) implies.
+	withError(s S, e *snapshotv1.VolumeSnapshotError) S
+	withStatus(s S, c C, membersReady bool) S
+	// finalizers are the snapshot's finalizers while bound to a content with policy.
+	finalizers(policy snapshotv1.DeletionPolicy) []string
+	// withClass returns s with class recorded as its class, and whether that changed it.
+	withClass(s S, class string) (S, bool)
+	// classDriver is the driver of the class s names, "" when unknown.
+	classDriver(s S) string
+
+	// getContent reads a content from the lister.
+	getContent(name string) (C, error)
+	listContents(labels.Selector) ([]C, error)
+	// ref is the content's reference to its snapshot, inside c (change it on a copy only).
+	ref(c C) *corev1.ObjectReference
+	policy(c C) snapshotv1.DeletionPolicy
+	driver(c C) string
+	// reported tells whether the sidecar has written the content's status.
+	reported(c C) bool
+	// member tells whether c is a member of a group: its group looks after it.
+	member(c C) bool
+
+	// plan checks a dynamic snapshot's input and builds its content.
+	plan(ctx context.Context, s S) (plan[C], error)
+	// bound runs the steps of a bound snapshot before its status is written and tells whether
+	// its members (for a group) are ready.
+	bound(ctx context.Context, s S, c C) (bool, error)
+	// statusWritten learns of a status the controller wrote, which raises no event.
+	statusWritten(s S)
+	// afterBound runs after a bound snapshot's status is current.
+	afterBound(ctx context.Context, s S) error
+	// finalizing runs first when s is being deleted: it returns the finalizers of s to drop now,
+	// or none to stop here (s is held, or there is nothing left to do).
+	finalizing(ctx context.Context, s S, c C, found bool) ([]string, error)
+	// released runs after s's finalizers were dropped.
+	released(ctx context.Context, s S) error
+}
+
+// kindKeys are the names, protocol keys and event reasons of one pair of kinds.
+type kindKeys struct {
+	// snapshotKind and contentKind are the kinds' names; apiVersion is the snapshot kind's.
+	snapshotKind, contentKind, apiVersion string
+	// snapshotQueue and contentQueue name the queues and the objects in logs.
+	snapshotQueue, contentQueue string
+	// defaultContent is the content name of a dynamic snapshot with uid.
+	defaultContent func(uid types.UID) string
+	// contentFinalizer is the content's bound-protection finalizer; beingCreated and
+	// beingDeleted are the sidecar's annotations on it.
+	contentFinalizer, beingCreated, beingDeleted string
+	// Event reasons.
+	reasonContentMissing, reasonBindingInvalid, reasonReady, readyMessage string
+	// reasonContentFailed, when set, is the Warning event of a snapshot whose content reports an
+	// error, which is also counted as a failed operation; groups show such errors in status only.
+	reasonContentFailed string
+	// opCreate and opDelete are the operations in metrics; countInputFailures counts a bad-input
+	// failure as a failed create (groups do, single snapshots count only backend errors).
+	opCreate, opDelete string
+	countInputFailures bool
+}
+
+// plan is what provisioning makes: the content to create, with its policy and class.
+type plan[C any] struct {
+	content C
+	policy  snapshotv1.DeletionPolicy
+	class   string
+	// prepare, when set, is a write that must land before the snapshot's finalizers.
+	prepare func(ctx context.Context) error
+}
+
+// inputError is bad user input found by plan: reported on the snapshot with reason.
+type inputError struct {
+	reason string
+	err    error
+}
+
+func (e *inputError) Error() string { return e.err.Error() }
+func (e *inputError) Unwrap() error { return e.err }
+
+// reconciler reconciles one pair of kinds: the snapshots and their contents.
+type reconciler[S kube.Object[S], C kube.Object[C]] struct {
+	kind      kind[S, C]
+	keys      kindKeys
+	snapshots *kube.Writer[S]
+	contents  *kube.Writer[C]
+	recorder  record.EventRecorder
+	clock     clock.PassiveClock
+	// readyEvents records a Normal event when a snapshot becomes ready.
+	readyEvents bool
+	// statusGrace is how long a new content's status waits for the sidecar's first report.
+	statusGrace time.Duration
+
+	snapshotQueue, contentQueue *controller.Queue[controller.Key]
+}
+
+// onSnapshot queues a changed snapshot and the content it names.
+func (r *reconciler[S, C]) onSnapshot(s S) {
+	r.snapshotQueue.Add(controller.KeyOf(s))
+	if name := r.contentName(s); name != "" {
+		r.contentQueue.Add(controller.Key{Name: name})
+	}
+}
+
+// onContent queues a changed content and the snapshot it points at.
+func (r *reconciler[S, C]) onContent(c C) {
+	r.contentQueue.Add(controller.KeyOf(c))
+	if ref := r.kind.ref(c); ref.Name != "" {
+		r.snapshotQueue.Add(controller.Key{Namespace: ref.Namespace, Name: ref.Name})
+	}
+}
+
+// requeueUnbound queues the snapshots not bound yet: a new default class may unblock them.
+func (r *reconciler[S, C]) requeueUnbound() {
+	all, err := r.kind.listSnapshots(everything)
+	if err != nil {
+		return
+	}
+	for _, s := range all {
+		if r.kind.statusContent(s) == "" {
+			r.snapshotQueue.Add(controller.KeyOf(s))
+		}
+	}
+}
+
+// run runs both queues and their resync until ctx is done and their syncs have finished.
+func (r *reconciler[S, C]) run(ctx context.Context, workers int, resync time.Duration) {
+	go controller.Resync(ctx, r.snapshotQueue, resync, func() []controller.Key { return keys(r.kind.listSnapshots) })
+	go controller.Resync(ctx, r.contentQueue, resync, func() []controller.Key { return keys(r.kind.listContents) })
+	done := make(chan struct{})
+	go func() {
+		r.contentQueue.Run(ctx, workers)
+		close(done)
+	}()
+	r.snapshotQueue.Run(ctx, workers)
+	<-done
+}
+
+func (r *reconciler[S, C]) syncSnapshotKey(ctx context.Context, key controller.Key) error {
+	s, err := r.kind.getSnapshot(key.Namespace, key.Name)
+	if err != nil {
+		return ignoreNotFound(err)
+	}
+	s = r.snapshots.Cache().Latest(s)
+	ctx = klog.NewContext(ctx, klog.FromContext(ctx).WithValues(r.keys.snapshotQueue, klog.KObj(s)))
+	return r.syncSnapshot(ctx, s)
+}
+
+func (r *reconciler[S, C]) syncContentKey(ctx context.Context, key controller.Key) error {
+	c, err := r.kind.getContent(key.Name)
+	if err != nil {
+		return ignoreNotFound(err)
+	}
+	c = r.contents.Cache().Latest(c)
+	ctx = klog.NewContext(ctx, klog.FromContext(ctx).WithValues(r.keys.contentQueue, klog.KObj(c)))
+	return r.syncContent(ctx, c)
+}
+
+// syncSnapshot is the state machine of the snapshot side:
+//
+//	deleting                     -> finalize (kind's holds, then the content to the sidecar)
+//	content exists               -> syncBound (bind, finalizers, kind's steps, status)
+//	content made by someone else -> wait (a group member, made by its group)
+//	names a content that is gone -> fail
+//	dynamic, no content yet      -> provision (checks, finalizers, create the content)
+func (r *reconciler[S, C]) syncSnapshot(ctx context.Context, s S) error {
+	if s.GetDeletionTimestamp() != nil {
+		return r.finalize(ctx, s)
+	}
+	c, found, err := r.contentOf(s)
+	switch {
+	case err != nil:
+		return err
+	case found:
+		return r.syncBound(ctx, s, c)
+	case r.kind.waitsForContent(s):
+		return nil
+	case r.kind.statusContent(s) != "" || r.kind.sourceContent(s) != "":
+		return r.fail(ctx, s, r.keys.reasonContentMissing, fmtMissing(r.keys.contentKind, r.contentName(s)))
+	default:
+		return r.provision(ctx, s)
+	}
+}
+
+// contentName is the content s is bound to or will be: the one its status or source names, or
+// for a dynamic snapshot the one named after its uid.
+func (r *reconciler[S, C]) contentName(s S) string {
+	if name := r.kind.statusContent(s); name != "" {
+		return name
+	}
+	if name := r.kind.sourceContent(s); name != "" {
+		return name
+	}
+	return r.keys.defaultContent(s.GetUID())
+}
+
+// contentOf returns s's content, from the lister or, when this controller created it and the
+// informer has not seen it yet, from the own-write cache; found is false when it does not exist.
+func (r *reconciler[S, C]) contentOf(s S) (c C, found bool, err error) {
+	name := r.contentName(s)
+	c, err = r.kind.getContent(name)
+	if apierrors.IsNotFound(err) {
+		c, found = r.contents.Cache().Get(controller.Key{Name: name})
+		return c, found, nil
+	} else if err != nil {
+		return c, false, err
+	}
+	return r.contents.Cache().Latest(c), true, nil
+}
+
+// driverOf is the driver of s's content, or of its class before the content exists.
+func (r *reconciler[S, C]) driverOf(s S) string {
+	if c, err := r.kind.getContent(r.contentName(s)); err == nil {
+		return r.kind.driver(c)
+	}
+	return r.kind.classDriver(s)
+}
+
+// refersTo tells whether c's reference names s.
+func (r *reconciler[S, C]) refersTo(c C, s S) bool {
+	ref := r.kind.ref(c)
+	return ref.Namespace == s.GetNamespace() && ref.Name == s.GetName() && (ref.UID == "" || ref.UID == s.GetUID())
+}
