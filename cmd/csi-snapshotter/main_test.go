@@ -8,11 +8,9 @@ import (
 	"github.com/shutter-csi/shutter/pkg/sidecar"
 )
 
-type tc = commandtest.Case[sidecar.Options]
-
 func TestParseFlags(t *testing.T) {
 	noNode := map[string]string{"NODE_NAME": ""}
-	commandtest.Run(t, parseFlags, []tc{
+	commandtest.Run(t, parseFlags, []commandtest.Case[sidecar.Options]{
 		{Name: "defaults", Env: noNode, Check: func(t *testing.T, o sidecar.Options) {
 			if o.CSIAddress != "/run/csi/socket" || o.Timeout != time.Minute || o.SnapshotNamePrefix != "snapshot" ||
 				o.GroupSnapshotNamePrefix != "groupsnapshot" || o.SnapshotNameUUIDLength != -1 || o.NodeName != "" {

@@ -12,8 +12,6 @@ import (
 	"github.com/shutter-csi/shutter/pkg/version"
 )
 
-type tc = commandtest.Case[hostpath.Options]
-
 func TestParseFlags(t *testing.T) {
 	valid := func(t *testing.T, o hostpath.Options) {
 		if o.NodeID != "n1" || !o.EnableAttach || o.MaxVolumesPerNode != 3 || o.DriverName != "hostpath.csi.shutter.dev" ||
@@ -21,7 +19,7 @@ func TestParseFlags(t *testing.T) {
 			t.Errorf("options = %+v", o)
 		}
 	}
-	commandtest.Run(t, parseFlags, []tc{
+	commandtest.Run(t, parseFlags, []commandtest.Case[hostpath.Options]{
 		{Name: "valid", Args: []string{"--nodeid=n1", "--endpoint=unix:///tmp/x.sock", "--datadir=/tmp/d", "--enable-attach", "--max-volumes-per-node=3", "--v=4"}, Check: valid},
 		{Name: "missing node id", Args: []string{"--endpoint=unix:///tmp/x.sock"}, WantErr: "--nodeid"},
 		{Name: "tcp endpoint", Args: []string{"--nodeid=n1", "--endpoint=tcp://127.0.0.1:9000"}, WantErr: "only unix://"},

@@ -8,10 +8,8 @@ import (
 	"github.com/shutter-csi/shutter/pkg/snapshot"
 )
 
-type tc = commandtest.Case[snapshot.RunOptions]
-
 func TestParseFlags(t *testing.T) {
-	commandtest.Run(t, parseFlags, []tc{
+	commandtest.Run(t, parseFlags, []commandtest.Case[snapshot.RunOptions]{
 		{Name: "defaults", Check: func(t *testing.T, o snapshot.RunOptions) {
 			if c := o.Controller; c.Workers != 10 || c.ResyncPeriod != 15*time.Minute || !c.Groups {
 				t.Errorf("workers %d, resync %s, groups %t", c.Workers, c.ResyncPeriod, c.Groups)

@@ -8,12 +8,10 @@ import (
 	"github.com/shutter-csi/shutter/pkg/conversion"
 )
 
-type tc = commandtest.Case[conversion.Options]
-
 func TestParseFlags(t *testing.T) {
 	certs := []string{"--tls-cert-file=c", "--tls-private-key-file=k"}
 	with := func(args ...string) []string { return append(append([]string(nil), certs...), args...) }
-	commandtest.Run(t, parseFlags, []tc{
+	commandtest.Run(t, parseFlags, []commandtest.Case[conversion.Options]{
 		{Name: "serving only", Args: certs, Check: func(t *testing.T, o conversion.Options) {
 			if o.MaxRequestBytes != 64<<20 || o.Timeouts.Read != 30*time.Second || o.Timeouts.Idle != 90*time.Second {
 				t.Errorf("defaults = %+v", o)
