@@ -16,14 +16,19 @@ func TestParse(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := []Entry{
-		{Dev: "8:1", Root: "/", MountPoint: "/", FSType: "xfs", Source: "/dev/sda1", SuperOptions: "rw,attr2"},
-		{Dev: "0:35", Root: "/", MountPoint: "/sys/fs/cgroup", FSType: "cgroup2", Source: "cgroup2", SuperOptions: "rw,nsdelegate"},
-		{Dev: "8:1", Root: "/srv/data dir", MountPoint: `/mnt/with space\slash`, FSType: "xfs", Source: "/dev/sda1", SuperOptions: "rw"},
-		{Dev: "0:50", Root: "/", MountPoint: "/run/x", FSType: "tmpfs", Source: "tmpfs"},
+	// dev | root | mount point | type | source | super options
+	want := []string{
+		"8:1|/|/|xfs|/dev/sda1|rw,attr2",
+		"0:35|/|/sys/fs/cgroup|cgroup2|cgroup2|rw,nsdelegate",
+		`8:1|/srv/data dir|/mnt/with space\slash|xfs|/dev/sda1|rw`,
+		"0:50|/|/run/x|tmpfs|tmpfs|",
 	}
-	if !slices.Equal(got, want) {
-		t.Fatalf("parsed\n%+v\nwant\n%+v", got, want)
+	var lines []string
+	for _, e := range got {
+		lines = append(lines, strings.Join([]string{e.Dev, e.Root, e.MountPoint, e.FSType, e.Source, e.SuperOptions}, "|"))
+	}
+	if !slices.Equal(lines, want) {
+		t.Fatalf("parsed\n%s\nwant\n%s", strings.Join(lines, "\n"), strings.Join(want, "\n"))
 	}
 	for _, bad := range []string{
 		"30 1 8:1 / / rw shared:1 xfs /dev/sda1 rw\n", // no separator
