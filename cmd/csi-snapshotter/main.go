@@ -6,43 +6,19 @@ import (
 	"context"
 	"errors"
 	"flag"
-	"fmt"
 	"os"
-	"os/signal"
-	"syscall"
-
-	"k8s.io/klog/v2"
 
 	"github.com/shutter-csi/shutter/pkg/app"
+	"github.com/shutter-csi/shutter/pkg/command"
 	"github.com/shutter-csi/shutter/pkg/sidecar"
-	"github.com/shutter-csi/shutter/pkg/version"
 )
 
 func main() {
-	opts, showVersion, err := parseFlags(os.Args[1:])
-	if errors.Is(err, flag.ErrHelp) {
-		os.Exit(0)
-	}
-	if err != nil {
-		fmt.Fprintf(os.Stderr, "csi-snapshotter: %v\nRun 'csi-snapshotter --help' for usage.\n", err)
-		os.Exit(2)
-	}
-	if showVersion {
-		fmt.Println("csi-snapshotter", version.String())
-		return
-	}
-	app.TuneRuntime(opts.HTTP.Profiling)
-	app.PreferListResponses()
-	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
-	defer stop()
-	logger := klog.Background()
-	ctx = klog.NewContext(ctx, logger)
-	logger.Info("Starting csi-snapshotter", "version", version.Version, "commit", version.Commit)
-	if err := sidecar.Run(ctx, opts); err != nil {
-		logger.Error(err, "csi-snapshotter failed")
-		klog.FlushAndExit(klog.ExitFlushTimeout, 1)
-	}
-	klog.Flush()
+	command.Main("csi-snapshotter", parseFlags, func(ctx context.Context, opts sidecar.Options) error {
+		app.TuneRuntime(opts.HTTP.Profiling)
+		app.PreferListResponses()
+		return sidecar.Run(ctx, opts)
+	})
 }
 
 // parseFlags turns the command line into sidecar options.
@@ -62,18 +38,10 @@ func parseFlags(args []string) (sidecar.Options, bool, error) {
 	fs.DurationVar(&opts.RetryIntervalMax, "retry-interval-max", opts.RetryIntervalMax, "Longest retry delay.")
 	fs.DurationVar(&opts.ResyncPeriod, "resync-period", opts.ResyncPeriod, "How often every object is looked at again; 0 disables.")
 	opts.HTTP.AddFlags(fs, "Address serving /metrics and /healthz/leader-election, e.g. :8080; empty serves nothing.")
-	showVersion := fs.Bool("version", false, "Print the version and exit.")
 	opts.Client.AddFlags(fs, opts.Client.QPS, opts.Client.Burst)
 	opts.LeaderElection.AddFlags(fs)
-	klog.InitFlags(fs)
-	if err := fs.Parse(args); err != nil {
-		return opts, false, err
-	}
-	if *showVersion {
-		return opts, true, nil
-	}
-	if fs.NArg() > 0 {
-		return opts, false, fmt.Errorf("unexpected arguments: %v", fs.Args())
+	if showVersion, err := command.Parse(fs, args); showVersion || err != nil {
+		return opts, showVersion, err
 	}
 	if *nodeDeployment {
 		if opts.NodeName = os.Getenv("NODE_NAME"); opts.NodeName == "" {

@@ -5,44 +5,16 @@
 package main
 
 import (
-	"context"
-	"errors"
 	"flag"
 	"fmt"
-	"os"
-	"os/signal"
 	"strings"
-	"syscall"
 
-	"k8s.io/klog/v2"
-
+	"github.com/shutter-csi/shutter/pkg/command"
 	"github.com/shutter-csi/shutter/pkg/hostpath"
-	"github.com/shutter-csi/shutter/pkg/version"
 )
 
 func main() {
-	opts, showVersion, err := parseFlags(os.Args[1:])
-	if errors.Is(err, flag.ErrHelp) {
-		os.Exit(0)
-	}
-	if err != nil {
-		fmt.Fprintf(os.Stderr, "hostpath-driver: %v\nRun 'hostpath-driver --help' for usage.\n", err)
-		os.Exit(2)
-	}
-	if showVersion {
-		fmt.Println("hostpath-driver", version.String())
-		return
-	}
-	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
-	defer stop()
-	ctx = klog.NewContext(ctx, klog.Background())
-	klog.Background().Info("Starting hostpath-driver", "version", version.Version, "commit", version.Commit)
-	if err := hostpath.Run(ctx, opts); err != nil {
-		klog.Background().Error(err, "Driver failed")
-		klog.Flush()
-		os.Exit(1)
-	}
-	klog.Flush()
+	command.Main("hostpath-driver", parseFlags, hostpath.Run)
 }
 
 // parseFlags turns the command line into validated driver options, or reports that --version
@@ -83,24 +55,14 @@ func parseFlags(args []string) (hostpath.Options, bool, error) {
 			"and after three such timeouts in a row with FailedPrecondition, for good")
 	fs.StringVar(&opts.CgroupRoot, "cgroup-root", opts.CgroupRoot, "where the node's cgroup filesystem is mounted (the unified hierarchy, or the folder of the v1 hierarchies)")
 	fs.StringVar(&opts.HTTPEndpoint, "http-endpoint", opts.HTTPEndpoint, "TCP address to serve /metrics on, e.g. :8080; empty serves nothing")
-	showVersion := fs.Bool("version", false, "print the version and exit (GetPluginInfo reports the same version)")
 	fs.StringVar(&opts.KubeletRegistrationPath, "kubelet-registration-path", opts.KubeletRegistrationPath,
 		"register with kubelet, giving it this path of the CSI socket as kubelet sees it (a host path such as\n"+
 			"/var/lib/kubelet/plugins/<driver>/csi.sock); replaces the node-driver-registrar container. Empty: do not register")
 	fs.StringVar(&opts.RegistrationSocket, "registration-socket", opts.RegistrationSocket,
 		"with --kubelet-registration-path, the socket to serve kubelet's plugin registration on, in kubelet's plugins_registry\n"+
 			"folder (default /registration/<drivername>-reg.sock)")
-	klogFlags := flag.NewFlagSet("klog", flag.ContinueOnError)
-	klog.InitFlags(klogFlags)
-	klogFlags.VisitAll(func(f *flag.Flag) { fs.Var(f.Value, f.Name, "klog: "+f.Usage) })
-	if err := fs.Parse(args); err != nil {
-		return opts, false, err
-	}
-	if *showVersion {
-		return opts, true, nil
-	}
-	if fs.NArg() > 0 {
-		return opts, false, fmt.Errorf("unexpected arguments: %v", fs.Args())
+	if showVersion, err := command.Parse(fs, args); showVersion || err != nil {
+		return opts, showVersion, err
 	}
 	opts.MutableParameters = splitList(*mutable)
 	return opts, false, opts.Validate()

@@ -7,58 +7,38 @@ import (
 	"testing"
 	"time"
 
+	"github.com/shutter-csi/shutter/pkg/command/commandtest"
+	"github.com/shutter-csi/shutter/pkg/hostpath"
 	"github.com/shutter-csi/shutter/pkg/version"
 )
 
 func TestParseFlags(t *testing.T) {
-	tests := []struct {
-		name    string
-		args    []string
-		wantErr string
-	}{
-		{name: "valid", args: []string{"--nodeid=n1", "--endpoint=unix:///tmp/x.sock", "--datadir=/tmp/d", "--enable-attach", "--max-volumes-per-node=3", "--v=4"}},
-		{name: "missing node id", args: []string{"--endpoint=unix:///tmp/x.sock"}, wantErr: "--nodeid"},
-		{name: "tcp endpoint", args: []string{"--nodeid=n1", "--endpoint=tcp://127.0.0.1:9000"}, wantErr: "only unix://"},
-		{name: "relative datadir", args: []string{"--nodeid=n1", "--datadir=data"}, wantErr: "--datadir"},
-		{name: "zero capacity", args: []string{"--nodeid=n1", "--capacity=0"}, wantErr: "--capacity"},
-		{name: "unknown flag", args: []string{"--nodeid=n1", "--colour=red"}, wantErr: "flag provided but not defined"},
-		{name: "bad number", args: []string{"--nodeid=n1", "--capacity=lots"}, wantErr: "invalid value"},
-		{name: "stray argument", args: []string{"--nodeid=n1", "extra"}, wantErr: "unexpected arguments"},
-		{name: "zero quiesce timeout", args: []string{"--nodeid=n1", "--group-snapshot-quiesce-timeout=0s"}, wantErr: "--group-snapshot-quiesce-timeout"},
-		{name: "relative kubelet registration path", args: []string{"--nodeid=n1", "--kubelet-registration-path=csi.sock"}, wantErr: "--kubelet-registration-path"},
-		{name: "relative registration socket", args: []string{"--nodeid=n1", "--kubelet-registration-path=/k/csi.sock", "--registration-socket=r.sock"}, wantErr: "--registration-socket"},
+	valid := func(t *testing.T, o hostpath.Options) {
+		if o.NodeID != "n1" || !o.EnableAttach || o.MaxVolumesPerNode != 3 || o.DriverName != "hostpath.csi.shutter.dev" ||
+			o.GroupSnapshotQuiesce || o.GroupSnapshotQuiesceTimeout != 5*time.Second || o.SocketGroup != -1 {
+			t.Errorf("options = %+v", o)
+		}
 	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			opts, showVersion, err := parseFlags(tt.args)
-			if tt.wantErr == "" {
-				if err != nil || showVersion {
-					t.Fatalf("err %v, showVersion %t", err, showVersion)
-				}
-				if opts.NodeID != "n1" || !opts.EnableAttach || opts.MaxVolumesPerNode != 3 || opts.DriverName != "hostpath.csi.shutter.dev" ||
-					opts.GroupSnapshotQuiesce || opts.GroupSnapshotQuiesceTimeout != 5*time.Second || opts.SocketGroup != -1 {
-					t.Fatalf("options = %+v", opts)
-				}
-				return
+	commandtest.Run(t, parseFlags, []commandtest.Case[hostpath.Options]{
+		{Name: "valid", Args: []string{"--nodeid=n1", "--endpoint=unix:///tmp/x.sock", "--datadir=/tmp/d", "--enable-attach", "--max-volumes-per-node=3", "--v=4"}, Check: valid},
+		{Name: "missing node id", Args: []string{"--endpoint=unix:///tmp/x.sock"}, WantErr: "--nodeid"},
+		{Name: "tcp endpoint", Args: []string{"--nodeid=n1", "--endpoint=tcp://127.0.0.1:9000"}, WantErr: "only unix://"},
+		{Name: "relative datadir", Args: []string{"--nodeid=n1", "--datadir=data"}, WantErr: "--datadir"},
+		{Name: "zero capacity", Args: []string{"--nodeid=n1", "--capacity=0"}, WantErr: "--capacity"},
+		{Name: "unknown flag", Args: []string{"--nodeid=n1", "--colour=red"}, WantErr: "flag provided but not defined"},
+		{Name: "bad number", Args: []string{"--nodeid=n1", "--capacity=lots"}, WantErr: "invalid value"},
+		{Name: "stray argument", Args: []string{"--nodeid=n1", "extra"}, WantErr: "unexpected arguments"},
+		{Name: "zero quiesce timeout", Args: []string{"--nodeid=n1", "--group-snapshot-quiesce-timeout=0s"}, WantErr: "--group-snapshot-quiesce-timeout"},
+		{Name: "relative kubelet registration path", Args: []string{"--nodeid=n1", "--kubelet-registration-path=csi.sock"}, WantErr: "--kubelet-registration-path"},
+		{Name: "relative registration socket", Args: []string{"--nodeid=n1", "--kubelet-registration-path=/k/csi.sock", "--registration-socket=r.sock"}, WantErr: "--registration-socket"},
+		{Name: "the old --version-string", Args: []string{"--nodeid=n1", "--version-string=x"}, WantErr: "not defined"},
+		// GetPluginInfo reports the build's version.
+		{Name: "version", Args: []string{"--version"}, WantVersion: true, Check: func(t *testing.T, o hostpath.Options) {
+			if o.Version != version.Version {
+				t.Errorf("GetPluginInfo would report %q, want the build's version %q", o.Version, version.Version)
 			}
-			if err == nil || !strings.Contains(err.Error(), tt.wantErr) {
-				t.Fatalf("err = %v, want it to mention %q", err, tt.wantErr)
-			}
-		})
-	}
-}
-
-func TestVersionFlag(t *testing.T) {
-	opts, showVersion, err := parseFlags([]string{"--version"})
-	if err != nil || !showVersion {
-		t.Fatalf("--version alone: showVersion %t, err %v", showVersion, err)
-	}
-	if opts.Version != version.Version {
-		t.Fatalf("GetPluginInfo would report %q, want the build's version %q", opts.Version, version.Version)
-	}
-	if _, _, err := parseFlags([]string{"--nodeid=n1", "--version-string=x"}); err == nil {
-		t.Fatal("the old --version-string flag is still accepted")
-	}
+		}},
+	})
 }
 
 // TestBinaryUsage runs the built command: --help documents every flag and

@@ -5,48 +5,23 @@ package main
 
 import (
 	"context"
-	"errors"
 	"flag"
 	"fmt"
-	"os"
-	"os/signal"
 	"strconv"
 	"strings"
-	"syscall"
 	"time"
 
-	"k8s.io/klog/v2"
-
 	"github.com/shutter-csi/shutter/pkg/app"
+	"github.com/shutter-csi/shutter/pkg/command"
 	"github.com/shutter-csi/shutter/pkg/snapshot"
-	"github.com/shutter-csi/shutter/pkg/version"
 )
 
 func main() {
-	opts, showVersion, err := parseFlags(os.Args[1:])
-	if errors.Is(err, flag.ErrHelp) {
-		os.Exit(0)
-	}
-	if err != nil {
-		fmt.Fprintf(os.Stderr, "%s: %v\nRun '%s --help' for usage.\n", snapshot.Name, err, snapshot.Name)
-		os.Exit(2)
-	}
-	if showVersion {
-		fmt.Println(snapshot.Name, version.String())
-		return
-	}
-	app.TuneRuntime(opts.HTTP.Profiling)
-	app.PreferListResponses()
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
-	logger := klog.Background().WithName(snapshot.Name)
-	ctx = klog.NewContext(ctx, logger)
-	logger.Info("Starting", "version", version.Version, "commit", version.Commit)
-	if err := snapshot.Run(ctx, opts); err != nil {
-		logger.Error(err, "Exiting")
-		klog.FlushAndExit(klog.ExitFlushTimeout, 1)
-	}
-	klog.Flush()
+	command.Main(snapshot.Name, parseFlags, func(ctx context.Context, opts snapshot.RunOptions) error {
+		app.TuneRuntime(opts.HTTP.Profiling)
+		app.PreferListResponses()
+		return snapshot.Run(ctx, opts)
+	})
 }
 
 // parseFlags turns the command line into controller options, or reports that --version was
@@ -54,7 +29,6 @@ func main() {
 func parseFlags(args []string) (snapshot.RunOptions, bool, error) {
 	var opts snapshot.RunOptions
 	fs := flag.NewFlagSet(snapshot.Name, flag.ContinueOnError)
-	klog.InitFlags(fs)
 	// Client-side limits sized so that hundreds of snapshots created at once are not throttled;
 	// API Priority and Fairness protects the server. See the README.
 	opts.Client.AddFlags(fs, 100, 200)
@@ -72,15 +46,8 @@ func parseFlags(args []string) (snapshot.RunOptions, bool, error) {
 	fs.BoolVar(&opts.Controller.Schedules, "snapshot-schedules", true, "Take and prune snapshots for SnapshotSchedules (snapshot.shutter.dev) once their CRD is served.")
 	gates := featureGates{"CSIVolumeGroupSnapshot": true}
 	fs.Var(gates, "feature-gates", "Comma-separated Name=true|false pairs. CSIVolumeGroupSnapshot (default true) reconciles VolumeGroupSnapshots.")
-	showVersion := fs.Bool("version", false, "Print the version and exit.")
-	if err := fs.Parse(args); err != nil {
-		return opts, false, err
-	}
-	if *showVersion {
-		return opts, true, nil
-	}
-	if fs.NArg() > 0 {
-		return opts, false, fmt.Errorf("unexpected arguments: %v", fs.Args())
+	if showVersion, err := command.Parse(fs, args); showVersion || err != nil {
+		return opts, showVersion, err
 	}
 	opts.Controller.Groups = gates["CSIVolumeGroupSnapshot"]
 	return opts, false, nil

@@ -1,50 +1,29 @@
 package main
 
 import (
-	"strings"
 	"testing"
 	"time"
+
+	"github.com/shutter-csi/shutter/pkg/command/commandtest"
+	"github.com/shutter-csi/shutter/pkg/snapshot"
 )
 
 func TestParseFlags(t *testing.T) {
-	tests := []struct {
-		name        string
-		args        []string
-		wantVersion bool
-		wantErr     string
-		check       func(t *testing.T, workers int, resync time.Duration, groups bool)
-	}{
-		{name: "defaults", check: func(t *testing.T, workers int, resync time.Duration, groups bool) {
-			if workers != 10 || resync != 15*time.Minute || !groups {
-				t.Errorf("workers %d, resync %s, groups %t", workers, resync, groups)
+	commandtest.Run(t, parseFlags, []commandtest.Case[snapshot.RunOptions]{
+		{Name: "defaults", Check: func(t *testing.T, o snapshot.RunOptions) {
+			if c := o.Controller; c.Workers != 10 || c.ResyncPeriod != 15*time.Minute || !c.Groups {
+				t.Errorf("workers %d, resync %s, groups %t", c.Workers, c.ResyncPeriod, c.Groups)
 			}
 		}},
-		{name: "groups off", args: []string{"--feature-gates=CSIVolumeGroupSnapshot=false", "--worker-threads=3"},
-			check: func(t *testing.T, workers int, _ time.Duration, groups bool) {
-				if workers != 3 || groups {
-					t.Errorf("workers %d, groups %t", workers, groups)
+		{Name: "groups off", Args: []string{"--feature-gates=CSIVolumeGroupSnapshot=false", "--worker-threads=3"},
+			Check: func(t *testing.T, o snapshot.RunOptions) {
+				if c := o.Controller; c.Workers != 3 || c.Groups {
+					t.Errorf("workers %d, groups %t", c.Workers, c.Groups)
 				}
 			}},
-		{name: "version", args: []string{"--version", "extra"}, wantVersion: true},
-		{name: "unknown gate", args: []string{"--feature-gates=Other=true"}, wantErr: "unknown feature gate"},
-		{name: "stray argument", args: []string{"extra"}, wantErr: "unexpected arguments"},
-		{name: "unknown flag", args: []string{"--no-such-flag"}, wantErr: "not defined"},
-	}
-	for _, tc := range tests {
-		t.Run(tc.name, func(t *testing.T) {
-			opts, showVersion, err := parseFlags(tc.args)
-			if tc.wantErr != "" {
-				if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
-					t.Fatalf("got %v, want an error with %q", err, tc.wantErr)
-				}
-				return
-			}
-			if err != nil || showVersion != tc.wantVersion {
-				t.Fatalf("err %v, showVersion %t", err, showVersion)
-			}
-			if tc.check != nil {
-				tc.check(t, opts.Controller.Workers, opts.Controller.ResyncPeriod, opts.Controller.Groups)
-			}
-		})
-	}
+		{Name: "version", Args: []string{"--version", "extra"}, WantVersion: true},
+		{Name: "unknown gate", Args: []string{"--feature-gates=Other=true"}, WantErr: "unknown feature gate"},
+		{Name: "stray argument", Args: []string{"extra"}, WantErr: "unexpected arguments"},
+		{Name: "unknown flag", Args: []string{"--no-such-flag"}, WantErr: "not defined"},
+	})
 }

@@ -4,44 +4,16 @@
 package main
 
 import (
-	"context"
 	"errors"
 	"flag"
-	"fmt"
-	"os"
-	"os/signal"
 	"strings"
-	"syscall"
 
-	"k8s.io/klog/v2"
-
+	"github.com/shutter-csi/shutter/pkg/command"
 	"github.com/shutter-csi/shutter/pkg/conversion"
-	"github.com/shutter-csi/shutter/pkg/version"
 )
 
 func main() {
-	opts, showVersion, err := parseFlags(os.Args[1:])
-	if errors.Is(err, flag.ErrHelp) {
-		os.Exit(0)
-	}
-	if err != nil {
-		fmt.Fprintf(os.Stderr, "snapshot-conversion-webhook: %v\nRun 'snapshot-conversion-webhook --help' for usage.\n", err)
-		os.Exit(2)
-	}
-	if showVersion {
-		fmt.Println("snapshot-conversion-webhook", version.String())
-		return
-	}
-	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
-	defer stop()
-	logger := klog.Background()
-	ctx = klog.NewContext(ctx, logger)
-	logger.Info("Starting snapshot-conversion-webhook", "version", version.Version, "commit", version.Commit)
-	if err := conversion.Run(ctx, opts); err != nil {
-		logger.Error(err, "snapshot-conversion-webhook failed")
-		klog.FlushAndExit(klog.ExitFlushTimeout, 1)
-	}
-	klog.Flush()
+	command.Main("snapshot-conversion-webhook", parseFlags, conversion.Run)
 }
 
 // parseFlags turns the command line into webhook options.
@@ -66,17 +38,9 @@ func parseFlags(args []string) (conversion.Options, bool, error) {
 	fs.DurationVar(&t.Read, "read-timeout", t.Read, "How long a client may take to send a whole request.")
 	fs.DurationVar(&t.Write, "write-timeout", t.Write, "How long answering a request may take, from the end of its headers.")
 	fs.DurationVar(&t.Idle, "idle-timeout", t.Idle, "How long a kept-alive connection may wait for its next request.")
-	showVersion := fs.Bool("version", false, "Print the version and exit.")
 	c.Client.AddFlags(fs, 5, 10)
-	klog.InitFlags(fs)
-	if err := fs.Parse(args); err != nil {
-		return opts, false, err
-	}
-	if *showVersion {
-		return opts, true, nil
-	}
-	if fs.NArg() > 0 {
-		return opts, false, fmt.Errorf("unexpected arguments: %v", fs.Args())
+	if showVersion, err := command.Parse(fs, args); showVersion || err != nil {
+		return opts, showVersion, err
 	}
 	if opts.CertFile == "" || opts.KeyFile == "" {
 		return opts, false, errors.New("--tls-cert-file and --tls-private-key-file are required")

@@ -8,18 +8,11 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
 
-// Diagnosis is the result of describe: the object, its state, the reason and the chain.
+// Diagnosis is the result of describe: the object, its state and the reason (as stuck lists
+// them) and the chain.
 type Diagnosis struct {
-	Kind       string `json:"kind"`
-	Namespace  string `json:"namespace,omitempty"`
-	Name       string `json:"name"`
-	Phase      string `json:"phase"`
-	Age        string `json:"age"`
-	AgeSeconds int64  `json:"ageSeconds"`
-	Driver     string `json:"driver,omitempty"`
-	Rule       Rule   `json:"rule"`
-	Reason     string `json:"reason"`
-	Tree       *Node  `json:"tree,omitempty"`
+	Item
+	Tree *Node `json:"tree,omitempty"`
 }
 
 func describe(ctx context.Context, s *store, opts Options, namespace, kind, name string) error {
@@ -69,23 +62,19 @@ func diagnoseOne(ctx context.Context, s *store, namespace, kind, name string) (*
 		if err != nil {
 			return nil, err
 		}
-		v := explainGroup(g)
-		d := s.newDiagnosis("VolumeGroupSnapshot", vgs, groupPhase(vgs), g.driver, v)
-		d.Tree = g.tree()
-		return d, nil
+		item := s.newItem("VolumeGroupSnapshot", vgs, groupPhase(vgs), g.driver, explainGroup(g))
+		return &Diagnosis{Item: item, Tree: g.tree()}, nil
 	}
 	return nil, fmt.Errorf("unknown kind %q: snapshot, content or group", kind)
 }
 
 func (s *store) chainDiagnosis(kind string, obj metav1.Object, phase string, c *chain) *Diagnosis {
-	d := s.newDiagnosis(kind, obj, phase, c.driver, explain(c))
-	d.Tree = c.tree()
-	return d
+	return &Diagnosis{Item: s.newItem(kind, obj, phase, c.driver, explain(c)), Tree: c.tree()}
 }
 
-func (s *store) newDiagnosis(kind string, obj metav1.Object, phase, driver string, v verdict) *Diagnosis {
+func (s *store) newItem(kind string, obj metav1.Object, phase, driver string, v verdict) Item {
 	age := s.age(obj)
-	return &Diagnosis{Kind: kind, Namespace: obj.GetNamespace(), Name: obj.GetName(), Phase: phase,
+	return Item{Kind: kind, Namespace: obj.GetNamespace(), Name: obj.GetName(), Phase: phase,
 		Age: human(age), AgeSeconds: int64(age / time.Second), Driver: driver, Rule: v.Rule, Reason: v.Reason}
 }
 

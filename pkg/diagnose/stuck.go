@@ -20,7 +20,7 @@ type StuckList struct {
 	Items []Item `json:"items"`
 }
 
-// Item is one stuck object.
+// Item is one object, its state and why: a line of stuck, the head of describe.
 type Item struct {
 	Kind       string `json:"kind"`
 	Namespace  string `json:"namespace,omitempty"`
@@ -85,9 +85,7 @@ func findStuck(ctx context.Context, s *store, namespace string, threshold time.D
 		if err != nil || v.Rule == RuleReady {
 			return err
 		}
-		d := s.newDiagnosis(kind, obj, phase, driver, v)
-		items = append(items, Item{Kind: d.Kind, Namespace: d.Namespace, Name: d.Name, Phase: d.Phase, Age: d.Age,
-			AgeSeconds: d.AgeSeconds, Driver: d.Driver, Rule: d.Rule, Reason: d.Reason})
+		items = append(items, s.newItem(kind, obj, phase, driver, v))
 		return nil
 	}
 	snapshots, _ := s.snapshots.List(ctx, namespace)

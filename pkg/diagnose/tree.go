@@ -192,39 +192,44 @@ func contentNode(c *snapshotv1.VolumeSnapshotContent) *Node {
 
 func driverNode(driver string, h holder) *Node {
 	n := &Node{Kind: "Driver", Name: orNone(driver)}
-	switch {
-	case driver == "":
+	if driver == "" {
 		n.State = "Unknown"
-	case h.Err != nil:
-		n.State, n.Details = "Unknown", []string{h.Err.Error()}
-	case h.Lease == "":
-		n.State = "NoSidecar"
-		n.Details = []string{"no sidecar Lease " + strings.Join(protocol.SidecarLeaseNames(driver), " or ") + " in any namespace"}
-	case !h.Live:
-		n.State = "NoSidecar"
-		n.Details = []string{fmt.Sprintf("sidecar Lease %s last held by %s, not renewed for %s", h.Lease, orNone(h.Holder), human(h.SinceRenewal))}
-	default:
-		n.State = "SidecarLive"
-		n.Details = []string{fmt.Sprintf("sidecar Lease %s held by %s, renewed %s ago", h.Lease, h.Holder, human(h.SinceRenewal))}
+		return n
 	}
+	leaseStates{lease: "sidecar Lease", missing: "NoSidecar", dead: "NoSidecar", live: "SidecarLive",
+		missingDetail: "no sidecar Lease " + strings.Join(protocol.SidecarLeaseNames(driver), " or ") + " in any namespace"}.set(n, h)
 	return n
 }
 
 func controllerNode(h holder) *Node {
 	n := &Node{Kind: "Controller", Name: "snapshot-controller"}
+	leaseStates{lease: "Lease", missing: "NoLease", dead: "NoLeader", live: "Leading",
+		missingDetail: "no Lease " + protocol.ControllerLeaseName + " (a controller without leader election holds none)"}.set(n, h)
+	return n
+}
+
+// leaseStates name the states of a component that holds a Lease while it works.
+type leaseStates struct {
+	lease               string // how the details call the Lease
+	missing, dead, live string // no Lease; a Lease not renewed in time; a live one
+	missingDetail       string
+}
+
+// set gives n the state and detail of the component's freshest Lease h: Unknown when the Leases
+// could not be read, else whether it is missing, dead or live, by whom it was held and when renewed.
+func (st leaseStates) set(n *Node, h holder) {
 	switch {
 	case h.Err != nil:
 		n.State, n.Details = "Unknown", []string{h.Err.Error()}
 	case h.Lease == "":
-		n.State, n.Details = "NoLease", []string{"no Lease " + protocol.ControllerLeaseName + " (a controller without leader election holds none)"}
+		n.State, n.Details = st.missing, []string{st.missingDetail}
 	case !h.Live:
-		n.State = "NoLeader"
-		n.Details = []string{fmt.Sprintf("Lease %s last held by %s, not renewed for %s", h.Lease, orNone(h.Holder), human(h.SinceRenewal))}
+		n.State = st.dead
+		n.Details = []string{fmt.Sprintf("%s %s last held by %s, not renewed for %s", st.lease, h.Lease, orNone(h.Holder), human(h.SinceRenewal))}
 	default:
-		n.State = "Leading"
-		n.Details = []string{fmt.Sprintf("Lease %s held by %s, renewed %s ago", h.Lease, h.Holder, human(h.SinceRenewal))}
+		n.State = st.live
+		n.Details = []string{fmt.Sprintf("%s %s held by %s, renewed %s ago", st.lease, h.Lease, h.Holder, human(h.SinceRenewal))}
 	}
-	return n
 }
 
 func (g *groupChain) tree() *Node {

@@ -19,14 +19,11 @@ import (
 // The driver's metrics (names in pkg/metrics), served on
 // Options.HTTPEndpoint.
 var (
-	quarantined = prometheus.NewCounterVec(prometheus.CounterOpts{
-		Namespace: metrics.Namespace, Name: metrics.HostpathQuarantined,
-		Help: "Volume and snapshot folders or files, and damaged record logs, moved to quarantine because no record accounts for them.",
-	}, []string{metrics.LabelKind})
-	cleanupHalted = prometheus.NewGauge(prometheus.GaugeOpts{
-		Namespace: metrics.Namespace, Name: metrics.HostpathCleanupHalted,
-		Help: "1 when the last start left the data folders alone because the record log is new or damaged in its middle.",
-	})
+	quarantined = metrics.NewCounterVec(metrics.HostpathQuarantined,
+		"Volume and snapshot folders or files, and damaged record logs, moved to quarantine because no record accounts for them.",
+		metrics.LabelKind)
+	cleanupHalted = metrics.NewGauge(metrics.HostpathCleanupHalted,
+		"1 when the last start left the data folders alone because the record log is new or damaged in its middle.")
 )
 
 // metricsRegistry holds the driver's metrics and the Go and process ones.

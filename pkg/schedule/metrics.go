@@ -10,32 +10,17 @@ import (
 
 // The schedule reconciler's metrics; names and labels are in pkg/metrics.
 var (
-	scheduleRuns = prometheus.NewCounterVec(prometheus.CounterOpts{
-		Namespace: metrics.Namespace, Name: metrics.ScheduleRuns,
-		Help: "SnapshotSchedule runs, by result: taken (snapshots created) or failed (none created).",
-	}, []string{metrics.LabelResult})
-	scheduleMissedRuns = prometheus.NewCounter(prometheus.CounterOpts{
-		Namespace: metrics.Namespace, Name: metrics.ScheduleMissedRuns,
-		Help: "SnapshotSchedule runs skipped: missed while the controller was down or later than startingDeadlineSeconds.",
-	})
-	scheduleFailures = prometheus.NewCounterVec(prometheus.CounterOpts{
-		Namespace: metrics.Namespace, Name: metrics.ScheduleFailures,
-		Help: "SnapshotSchedule failures reported in a Warning event, by reason.",
-	}, []string{metrics.LabelReason})
-	schedulePruned = prometheus.NewCounter(prometheus.CounterOpts{
-		Namespace: metrics.Namespace, Name: metrics.SchedulePruned,
-		Help: "Scheduled snapshots deleted by retention policies.",
-	})
-	scheduleRunLag = prometheus.NewHistogram(prometheus.HistogramOpts{
-		Namespace: metrics.Namespace, Name: metrics.ScheduleRunLag,
-		Help:    "How long after its scheduled time a run took its snapshots.",
-		Buckets: []float64{0.01, 0.05, 0.1, 0.5, 1, 5, 10, 30, 60, 300, 3600},
-	})
-	scheduleNextRun = prometheus.NewHistogram(prometheus.HistogramOpts{
-		Namespace: metrics.Namespace, Name: metrics.ScheduleNextRunWait,
-		Help:    "Time from a schedule's sync to its next run (the timer it sets).",
-		Buckets: prometheus.ExponentialBuckets(1, 4, 10),
-	})
+	scheduleRuns = metrics.NewCounterVec(metrics.ScheduleRuns,
+		"SnapshotSchedule runs, by result: taken (snapshots created) or failed (none created).", metrics.LabelResult)
+	scheduleMissedRuns = metrics.NewCounter(metrics.ScheduleMissedRuns,
+		"SnapshotSchedule runs skipped: missed while the controller was down or later than startingDeadlineSeconds.")
+	scheduleFailures = metrics.NewCounterVec(metrics.ScheduleFailures,
+		"SnapshotSchedule failures reported in a Warning event, by reason.", metrics.LabelReason)
+	schedulePruned = metrics.NewCounter(metrics.SchedulePruned, "Scheduled snapshots deleted by retention policies.")
+	scheduleRunLag = metrics.NewHistogram(metrics.ScheduleRunLag, "How long after its scheduled time a run took its snapshots.",
+		[]float64{0.01, 0.05, 0.1, 0.5, 1, 5, 10, 30, 60, 300, 3600})
+	scheduleNextRun = metrics.NewHistogram(metrics.ScheduleNextRunWait, "Time from a schedule's sync to its next run (the timer it sets).",
+		prometheus.ExponentialBuckets(1, 4, 10))
 )
 
 // Collectors returns the schedule metrics to register.

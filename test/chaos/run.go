@@ -5,8 +5,10 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"maps"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"text/tabwriter"
 	"time"
@@ -142,12 +144,7 @@ func (r *report) print(out io.Writer) {
 	tw := tabwriter.NewWriter(out, 0, 0, 2, ' ', 0)
 	fmt.Fprintf(tw, "chaos seed %d, N=%d over %s\n", r.Seed, r.N, r.Duration)
 	fmt.Fprintln(tw, "fault\tinjected\tfailed\tconverged after last (s)")
-	kinds := make([]string, 0, len(r.Faults))
-	for k := range r.Faults {
-		kinds = append(kinds, k)
-	}
-	sort.Strings(kinds)
-	for _, k := range kinds {
+	for _, k := range slices.Sorted(maps.Keys(r.Faults)) {
 		f := r.Faults[k]
 		fmt.Fprintf(tw, "%s\t%d\t%d\t%.1f\n", k, f.Injected, f.Failed, f.ConvergedAfterLast)
 	}

@@ -5,9 +5,11 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"maps"
 	"math"
 	"net/http"
 	"os"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -322,12 +324,7 @@ func (r *soakReport) print(out io.Writer) {
 		r.Duration, r.Rate, r.Interval, r.Created, r.Deleted, r.Errors)
 	tw := tabwriter.NewWriter(out, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "component\tmetric\tmean\tmax\tslope/h\trise\tallowed\tpass")
-	names := make([]string, 0, len(r.Trends))
-	for name := range r.Trends {
-		names = append(names, name)
-	}
-	sort.Strings(names)
-	for _, name := range names {
+	for _, name := range slices.Sorted(maps.Keys(r.Trends)) {
 		for _, metric := range []string{"rssMiB", "goroutines", "fds", "workqueueDepth"} {
 			t := r.Trends[name][metric]
 			fmt.Fprintf(tw, "%s\t%s\t%.1f\t%.1f\t%.1f\t%.1f\t%.1f\t%v\n", name, metric, t.Mean, t.Max, t.PerHour, t.Rise, t.Allowed, t.Pass)

@@ -15,7 +15,6 @@ package cluster
 // from memory, so a stop after a crashed run cleans just as well, and a second stop does nothing.
 
 import (
-	"bufio"
 	"crypto/sha256"
 	"encoding/json"
 	"errors"
@@ -28,6 +27,8 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/shutter-csi/shutter/pkg/mountinfo"
 )
 
 // kubeletSysctls are the kernel settings kubelet rewrites when it starts
@@ -50,14 +51,14 @@ func nodeCgroup(dir string) string {
 
 // cgroupMounts lists the mount points of every cgroup hierarchy (v1 and v2).
 func cgroupMounts() ([]string, error) {
-	mounts, err := readMounts()
+	mounts, err := mountinfo.Read(mountinfo.Self)
 	if err != nil {
 		return nil, err
 	}
 	var out []string
 	for _, m := range mounts {
-		if m.fsType == "cgroup" || m.fsType == "cgroup2" {
-			out = append(out, m.point)
+		if m.FSType == "cgroup" || m.FSType == "cgroup2" {
+			out = append(out, m.MountPoint)
 		}
 	}
 	return out, nil
@@ -186,62 +187,16 @@ func removeTree(dir string) error {
 	return nil
 }
 
-// mount is one line of /proc/self/mountinfo.
-type mount struct {
-	point  string
-	fsType string
-}
-
-func readMounts() ([]mount, error) {
-	f, err := os.Open("/proc/self/mountinfo")
-	if err != nil {
-		return nil, err
-	}
-	defer f.Close()
-	var out []mount
-	sc := bufio.NewScanner(f)
-	sc.Buffer(make([]byte, 64*1024), 1024*1024)
-	for sc.Scan() {
-		// id parent major:minor root point options [optional...] - type source superoptions
-		fields := strings.Fields(sc.Text())
-		sep := slices.Index(fields, "-")
-		if len(fields) < 5 || sep < 0 || sep+1 >= len(fields) {
-			continue
-		}
-		out = append(out, mount{point: unescapeMount(fields[4]), fsType: fields[sep+1]})
-	}
-	return out, sc.Err()
-}
-
-// unescapeMount undoes the octal escapes (\040 for a space) of mountinfo paths.
-func unescapeMount(s string) string {
-	if !strings.Contains(s, `\`) {
-		return s
-	}
-	var b strings.Builder
-	for i := 0; i < len(s); i++ {
-		if s[i] == '\\' && i+3 < len(s) {
-			if n, err := strconv.ParseUint(s[i+1:i+4], 8, 8); err == nil {
-				b.WriteByte(byte(n))
-				i += 3
-				continue
-			}
-		}
-		b.WriteByte(s[i])
-	}
-	return b.String()
-}
-
 // mountsUnder lists the mount points at or under dir, deepest first.
 func mountsUnder(dir string) ([]string, error) {
-	mounts, err := readMounts()
+	mounts, err := mountinfo.Read(mountinfo.Self)
 	if err != nil {
 		return nil, err
 	}
 	var out []string
 	for _, m := range mounts {
-		if m.point == dir || strings.HasPrefix(m.point, dir+"/") {
-			out = append(out, m.point)
+		if m.MountPoint == dir || strings.HasPrefix(m.MountPoint, dir+"/") {
+			out = append(out, m.MountPoint)
 		}
 	}
 	sort.SliceStable(out, func(i, j int) bool { return strings.Count(out[i], "/") > strings.Count(out[j], "/") })

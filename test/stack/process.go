@@ -149,9 +149,6 @@ func Build(ctx context.Context, root, dir string) error {
 	return nil
 }
 
-// errNotReady is returned by waits that time out.
-var errNotReady = errors.New("not ready")
-
 // Pid is the process id of the running process, or 0.
 func (p *Process) Pid() int {
 	p.mu.Lock()

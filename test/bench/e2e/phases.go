@@ -91,16 +91,25 @@ func (b *bench) checkAudit(p *Phase) {
 	}
 }
 
-// createPhase creates every snapshot at once and waits until all are readyToUse.
-func (b *bench) createPhase(ctx context.Context, names []string) (*Phase, error) {
+// sendAll begins a phase and makes n requests at once (b.opts.concurrent at a time), returning
+// the phase's window and when each request went out.
+func (b *bench) sendAll(ctx context.Context, n int, send func(ctx context.Context, i int) error) (*phaseWindow, []time.Time, error) {
 	w, err := b.begin(ctx)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
-	sent := make([]time.Time, len(names))
-	client := b.snaps.SnapshotV1().VolumeSnapshots(namespace)
-	err = parallel(ctx, len(names), b.opts.concurrent, func(ctx context.Context, i int) error {
+	sent := make([]time.Time, n)
+	err = parallel(ctx, n, b.opts.concurrent, func(ctx context.Context, i int) error {
 		sent[i] = time.Now()
+		return send(ctx, i)
+	})
+	return w, sent, err
+}
+
+// createPhase creates every snapshot at once and waits until all are readyToUse.
+func (b *bench) createPhase(ctx context.Context, names []string) (*Phase, error) {
+	client := b.snaps.SnapshotV1().VolumeSnapshots(namespace)
+	w, sent, err := b.sendAll(ctx, len(names), func(ctx context.Context, i int) error {
 		_, err := client.Create(ctx, stack.NewSnapshot(namespace, names[i], claimName(i), ""), metav1.CreateOptions{})
 		return err
 	})
@@ -123,14 +132,8 @@ func (b *bench) createPhase(ctx context.Context, names []string) (*Phase, error)
 // deletePhase deletes every snapshot at once and waits until the snapshots, their contents and
 // the driver's backend snapshots are all gone.
 func (b *bench) deletePhase(ctx context.Context, names []string) (*Phase, error) {
-	w, err := b.begin(ctx)
-	if err != nil {
-		return nil, err
-	}
-	sent := make([]time.Time, len(names))
 	client := b.snaps.SnapshotV1().VolumeSnapshots(namespace)
-	err = parallel(ctx, len(names), b.opts.concurrent, func(ctx context.Context, i int) error {
-		sent[i] = time.Now()
+	w, sent, err := b.sendAll(ctx, len(names), func(ctx context.Context, i int) error {
 		return client.Delete(ctx, names[i], metav1.DeleteOptions{})
 	})
 	if err != nil {
