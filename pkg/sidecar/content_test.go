@@ -11,6 +11,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/utils/ptr"
 
+	"github.com/shutter-csi/shutter/pkg/controller"
 	"github.com/shutter-csi/shutter/pkg/csi"
 	"github.com/shutter-csi/shutter/pkg/csi/csitest"
 	"github.com/shutter-csi/shutter/pkg/protocol"
@@ -258,12 +259,11 @@ func TestBusyRetriesSoon(t *testing.T) {
 		if routed(err) != "wait" {
 			t.Fatalf("routed %s (%v), want wait", routed(err), err)
 		}
-		after, _, _ := strings.Cut(strings.TrimPrefix(err.Error(), "requeue after "), ":")
-		d, perr := time.ParseDuration(after)
-		if perr != nil || d < 250*time.Millisecond || d >= 500*time.Millisecond {
-			t.Errorf("retry after %q (%v), want [250ms, 500ms)", after, perr)
+		wait, ok := controller.AsRequeue(err)
+		if !ok || wait.After < 250*time.Millisecond || wait.After >= 500*time.Millisecond {
+			t.Errorf("retry after %v, want [250ms, 500ms)", err)
 		}
-		seen[d] = true
+		seen[wait.After] = true
 	}
 	if len(seen) < 2 {
 		t.Error("no jitter")

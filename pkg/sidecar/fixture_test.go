@@ -6,7 +6,6 @@ import (
 	"errors"
 	"reflect"
 	"strconv"
-	"strings"
 	"testing"
 	"time"
 
@@ -140,7 +139,7 @@ func routed(err error) string {
 	switch {
 	case err == nil:
 		return "done"
-	case strings.HasPrefix(err.Error(), "requeue after"):
+	case controller.OutcomeOf(err) == controller.OutcomeRequeueAfter:
 		return "wait"
 	case controller.IsFinal(err):
 		return "final"

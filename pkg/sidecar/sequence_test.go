@@ -95,18 +95,19 @@ func TestFinalErrorNotRetriedUntilChanged(t *testing.T) {
 func TestNotReadyBacksOff(t *testing.T) {
 	f := newFixture(t, config{}, newContent("c"), defaultClass)
 	f.csi.NotReady = true
-	var delays []string
+	var delays []*controller.Requeue
 	for range 5 {
 		err := f.syncContent(t, "c")
-		if routed(err) != "wait" {
+		wait, ok := controller.AsRequeue(err)
+		if !ok {
 			t.Fatalf("got %v, want a wait", err)
 		}
-		delays = append(delays, err.Error())
+		delays = append(delays, wait)
 	}
-	want := []string{"1s", "2s", "4s", "8s", "8s"}
+	want := []time.Duration{time.Second, 2 * time.Second, 4 * time.Second, 8 * time.Second, 8 * time.Second}
 	for i, d := range want {
-		if !containsDuration(delays[i], d) {
-			t.Errorf("check %d: %s, want after %s", i, delays[i], d)
+		if delays[i].After != d || delays[i].Reason != "snapshot not ready to use" {
+			t.Errorf("check %d: %v, want after %s", i, delays[i], d)
 		}
 	}
 	if n := len(f.patches()); n != 3 {
@@ -120,10 +121,6 @@ func TestNotReadyBacksOff(t *testing.T) {
 		t.Errorf("patches %q, want one more status write", got)
 	}
 	hasStatus("snap-snapshot-"+string(testUID), true)(t, f.getContent(t, "c"), f)
-}
-
-func containsDuration(msg, d string) bool {
-	return len(msg) > 0 && slices.Contains([]string{"requeue after " + d + ": snapshot not ready to use"}, msg)
 }
 
 // TestDeleteTwiceCallsOnce: a retried deletion after the handle was cleared only releases.

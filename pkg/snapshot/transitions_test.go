@@ -295,7 +295,7 @@ func outcome(err error) string {
 		return ""
 	case controller.IsFinal(err):
 		return "final"
-	case strings.HasPrefix(err.Error(), "requeue after"):
+	case controller.OutcomeOf(err) == controller.OutcomeRequeueAfter:
 		return "requeue"
 	default:
 		return fmt.Sprintf("error: %v", err)

@@ -32,7 +32,7 @@ var exported = names(
 	"shutter_operation_duration_seconds_bucket", "shutter_operation_duration_seconds_count", "shutter_operation_duration_seconds_sum",
 	"shutter_snapshots_not_ready", "shutter_snapshots_failed", "shutter_snapshots_being_deleted",
 	"shutter_snapshots", "shutter_group_snapshots", "shutter_snapshot_oldest_age_seconds", "shutter_group_snapshot_oldest_age_seconds",
-	"shutter_snapshot_contents_without_sidecar",
+	"shutter_snapshot_contents_without_sidecar", "shutter_controller_api_writes_total",
 	"shutter_workqueue_depth", "shutter_workqueue_adds_total", "shutter_workqueue_retries_total",
 	"shutter_workqueue_queue_duration_seconds_bucket", "shutter_workqueue_work_duration_seconds_bucket",
 	"shutter_workqueue_unfinished_work_seconds", "shutter_workqueue_longest_running_processor_seconds", "shutter_reconcile_total",
