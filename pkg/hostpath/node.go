@@ -1,3 +1,5 @@
+//go:build linux
+
 package hostpath
 
 import (
@@ -14,6 +16,7 @@ import (
 	"google.golang.org/grpc/status"
 	"k8s.io/klog/v2"
 
+	"github.com/shutter-csi/shutter/pkg/hostpath/fscopy"
 	"github.com/shutter-csi/shutter/pkg/hostpath/state"
 )
 
@@ -286,7 +289,7 @@ func (s *nodeServer) NodeGetVolumeStats(_ context.Context, req *csi.NodeGetVolum
 	if v.AccessType == state.AccessBlock {
 		return &csi.NodeGetVolumeStatsResponse{Usage: []*csi.VolumeUsage{{Total: v.CapacityBytes, Unit: csi.VolumeUsage_BYTES}}}, nil
 	}
-	used, err := diskUsage(s.d.volumePath(v.ID))
+	used, err := fscopy.DiskUsage(s.d.volumePath(v.ID))
 	if err != nil {
 		return nil, status.Errorf(codes.Internal, "measure usage: %v", err)
 	}

@@ -1,3 +1,5 @@
+//go:build linux
+
 // Package state persists the hostpath driver's records (volumes, snapshots,
 // group snapshots, pending restores) so that a restart, even after SIGKILL
 // or power loss, finds every object the driver ever acknowledged.
