@@ -128,17 +128,6 @@ func (t *Table[T]) List() []T {
 	return out
 }
 
-// Find returns the first record, in ID order, for which match is true.
-func (t *Table[T]) Find(match func(T) bool) (T, bool) {
-	for _, rec := range t.List() {
-		if match(rec) {
-			return rec, true
-		}
-	}
-	var zero T
-	return zero, false
-}
-
 // Put durably stores rec under id, replacing any previous record.
 func (t *Table[T]) Put(id string, rec T) error {
 	c, err := t.PutChange(id, rec)

@@ -335,27 +335,6 @@ func TestOpenTableRejectsCorruptLegacyRecord(t *testing.T) {
 	}
 }
 
-func TestLiveIDsReadsWithoutChanging(t *testing.T) {
-	dir := t.TempDir()
-	_, tab := openVolumes(t, dir)
-	for _, id := range []string{"vol-b", "vol-a", "vol-c"} {
-		if err := tab.Put(id, Volume{ID: id}); err != nil {
-			t.Fatal(err)
-		}
-	}
-	if err := tab.Delete("vol-c"); err != nil {
-		t.Fatal(err)
-	}
-	before := logSize(t, dir)
-	ids, err := LiveIDs(dir, "volumes")
-	if err != nil || !slices.Equal(ids, []string{"vol-a", "vol-b"}) {
-		t.Fatalf("LiveIDs = %v, %v", ids, err)
-	}
-	if after := logSize(t, dir); after != before {
-		t.Fatalf("LiveIDs changed the log from %d to %d bytes", before, after)
-	}
-}
-
 // TestCommitWritesChangesOfSeveralTablesInOrder commits a change to two
 // tables at once and checks that a torn write keeps a prefix of the batch;
 // a change committed without a flush is still read back.
