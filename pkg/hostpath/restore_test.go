@@ -31,17 +31,7 @@ func restoreEnv(t *testing.T) (e *testEnv, volID string, want []byte) {
 		t.Fatal(err)
 	}
 	snap := e.createSnapshot(t, "restore-snap", src.GetVolumeId())
-	resp, err := e.ctrl.CreateVolume(context.Background(), &csi.CreateVolumeRequest{
-		Name: "restored", CapacityRange: &csi.CapacityRange{RequiredBytes: 4 << 20},
-		VolumeCapabilities: []*csi.VolumeCapability{blockCap()},
-		VolumeContentSource: &csi.VolumeContentSource{Type: &csi.VolumeContentSource_Snapshot{
-			Snapshot: &csi.VolumeContentSource_SnapshotSource{SnapshotId: snap.GetSnapshotId()},
-		}},
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	return e, resp.GetVolume().GetVolumeId(), want
+	return e, e.restoreVolume(t, "restored", snap.GetSnapshotId(), 4<<20, blockCap()), want
 }
 
 // hasMarker reports whether the record log below dataDir holds a
@@ -227,28 +217,14 @@ func TestSIGKILLBeforeRestoreFlush(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds the driver and copies 256 MiB")
 	}
-	bin, dir := buildDriver(t), t.TempDir()
-	p := startDriver(t, bin, dir)
+	bin, dir, p, srcID := startWithFilledVolume(t, "kill-src", 256<<20)
 	ctx := context.Background()
-	vol, err := p.ctrl.CreateVolume(ctx, &csi.CreateVolumeRequest{
-		Name: "kill-src", CapacityRange: &csi.CapacityRange{RequiredBytes: 256 << 20}, VolumeCapabilities: []*csi.VolumeCapability{blockCap()},
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
 	dataDir := filepath.Join(dir, "data")
-	fillVolume(t, filepath.Join(dataDir, "volumes", vol.GetVolume().GetVolumeId()), 256<<20)
-	snap, err := p.ctrl.CreateSnapshot(ctx, &csi.CreateSnapshotRequest{Name: "kill-snap", SourceVolumeId: vol.GetVolume().GetVolumeId()})
+	snap, err := p.ctrl.CreateSnapshot(ctx, &csi.CreateSnapshotRequest{Name: "kill-snap", SourceVolumeId: srcID})
 	if err != nil {
 		t.Fatal(err)
 	}
-	restored, err := p.ctrl.CreateVolume(ctx, &csi.CreateVolumeRequest{
-		Name: "kill-restored", CapacityRange: &csi.CapacityRange{RequiredBytes: 256 << 20},
-		VolumeCapabilities: []*csi.VolumeCapability{blockCap()},
-		VolumeContentSource: &csi.VolumeContentSource{Type: &csi.VolumeContentSource_Snapshot{
-			Snapshot: &csi.VolumeContentSource_SnapshotSource{SnapshotId: snap.GetSnapshot().GetSnapshotId()},
-		}},
-	})
+	restored, err := p.ctrl.CreateVolume(ctx, restoreRequest("kill-restored", snap.GetSnapshot().GetSnapshotId(), 256<<20, blockCap()))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -276,17 +252,8 @@ func TestRestoreMountVolumeTree(t *testing.T) {
 	src := e.createVolume(t, "tree-src", 16<<20, mountCap())
 	writeTree(t, e.d.volumePath(src.GetVolumeId()))
 	snap := e.createSnapshot(t, "tree-snap", src.GetVolumeId())
-	resp, err := e.ctrl.CreateVolume(context.Background(), &csi.CreateVolumeRequest{
-		Name: "tree-restored", CapacityRange: &csi.CapacityRange{RequiredBytes: 16 << 20},
-		VolumeCapabilities: []*csi.VolumeCapability{mountCap()},
-		VolumeContentSource: &csi.VolumeContentSource{Type: &csi.VolumeContentSource_Snapshot{
-			Snapshot: &csi.VolumeContentSource_SnapshotSource{SnapshotId: snap.GetSnapshotId()},
-		}},
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	restored := e.d.volumePath(resp.GetVolume().GetVolumeId())
+	restoredID := e.restoreVolume(t, "tree-restored", snap.GetSnapshotId(), 16<<20, mountCap())
+	restored := e.d.volumePath(restoredID)
 	for _, name := range []string{"top", "a/one", "a/b/two", "c/empty"} {
 		if !sameFile(t, filepath.Join(e.d.volumePath(src.GetVolumeId()), name), filepath.Join(restored, name)) {
 			t.Fatalf("restored %s differs from the source", name)
@@ -295,7 +262,7 @@ func TestRestoreMountVolumeTree(t *testing.T) {
 	if link, err := os.Readlink(filepath.Join(restored, "link")); err != nil || link != "a/one" {
 		t.Fatalf("restored symlink = %q, %v", link, err)
 	}
-	if err := e.d.restores.wait(context.Background(), resp.GetVolume().GetVolumeId()); err != nil {
+	if err := e.d.restores.wait(context.Background(), restoredID); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -308,31 +275,17 @@ func TestSIGKILLDuringRestoreCopy(t *testing.T) {
 		t.Skip("builds the driver and copies 512 MiB")
 	}
 	const size = 512 << 20
-	bin, dir := buildDriver(t), t.TempDir()
-	p := startDriver(t, bin, dir)
+	bin, dir, p, srcID := startWithFilledVolume(t, "copy-src", size)
 	ctx := context.Background()
-	vol, err := p.ctrl.CreateVolume(ctx, &csi.CreateVolumeRequest{
-		Name: "copy-src", CapacityRange: &csi.CapacityRange{RequiredBytes: size}, VolumeCapabilities: []*csi.VolumeCapability{blockCap()},
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
 	dataDir := filepath.Join(dir, "data")
-	fillVolume(t, filepath.Join(dataDir, "volumes", vol.GetVolume().GetVolumeId()), size)
-	snap, err := p.ctrl.CreateSnapshot(ctx, &csi.CreateSnapshotRequest{Name: "copy-snap", SourceVolumeId: vol.GetVolume().GetVolumeId()})
+	snap, err := p.ctrl.CreateSnapshot(ctx, &csi.CreateSnapshotRequest{Name: "copy-snap", SourceVolumeId: srcID})
 	if err != nil {
 		t.Fatal(err)
 	}
 	volID := deriveID(volumePrefix, "copy-restored")
 	volPath := filepath.Join(dataDir, "volumes", volID)
 	go func() {
-		_, _ = p.ctrl.CreateVolume(ctx, &csi.CreateVolumeRequest{
-			Name: "copy-restored", CapacityRange: &csi.CapacityRange{RequiredBytes: size},
-			VolumeCapabilities: []*csi.VolumeCapability{blockCap()},
-			VolumeContentSource: &csi.VolumeContentSource{Type: &csi.VolumeContentSource_Snapshot{
-				Snapshot: &csi.VolumeContentSource_SnapshotSource{SnapshotId: snap.GetSnapshot().GetSnapshotId()},
-			}},
-		})
+		_, _ = p.ctrl.CreateVolume(ctx, restoreRequest("copy-restored", snap.GetSnapshot().GetSnapshotId(), size, blockCap()))
 	}()
 	if !waitForPath(volPath, 10*time.Second) {
 		t.Fatal("restore copy never started")

@@ -21,12 +21,7 @@ import (
 // its ID.
 func (e *testEnv) restoreVolume(t *testing.T, name, snapID string, size int64, c *csi.VolumeCapability) string {
 	t.Helper()
-	resp, err := e.ctrl.CreateVolume(context.Background(), &csi.CreateVolumeRequest{
-		Name: name, CapacityRange: &csi.CapacityRange{RequiredBytes: size}, VolumeCapabilities: []*csi.VolumeCapability{c},
-		VolumeContentSource: &csi.VolumeContentSource{Type: &csi.VolumeContentSource_Snapshot{
-			Snapshot: &csi.VolumeContentSource_SnapshotSource{SnapshotId: snapID},
-		}},
-	})
+	resp, err := e.ctrl.CreateVolume(context.Background(), restoreRequest(name, snapID, size, c))
 	if err != nil {
 		t.Fatalf("CreateVolume %s from %s: %v", name, snapID, err)
 	}
