@@ -261,7 +261,7 @@ done`
 		_ = cmd.Process.Kill()
 		_ = cmd.Wait()
 		// The forked dd processes of the shell loop are killed with the cgroup.
-		killCgroup(pod)
+		killCgroup(t, pod)
 	})
 }
 
@@ -326,13 +326,22 @@ func isFrozen(dir string) bool {
 	return err == nil && strings.TrimSpace(string(b)) == "1"
 }
 
-// killCgroup kills every task left in the cgroup dir.
-func killCgroup(dir string) {
-	b, _ := os.ReadFile(filepath.Join(dir, "cgroup.procs"))
-	for _, f := range strings.Fields(string(b)) {
-		if pid, err := strconv.Atoi(f); err == nil {
-			_ = syscall.Kill(pid, syscall.SIGKILL)
-		}
+// killCgroup kills every task left in the cgroup dir and waits until they
+// are gone, so that none holds a file of a volume open any more.
+func killCgroup(t *testing.T, dir string) {
+	err := wait.PollUntilContextTimeout(context.Background(), 10*time.Millisecond, 10*time.Second, true,
+		func(context.Context) (bool, error) {
+			b, err := os.ReadFile(filepath.Join(dir, "cgroup.procs"))
+			pids := strings.Fields(string(b))
+			for _, f := range pids {
+				if pid, err := strconv.Atoi(f); err == nil {
+					_ = syscall.Kill(pid, syscall.SIGKILL)
+				}
+			}
+			return err != nil || len(pids) == 0, nil
+		})
+	if err != nil {
+		t.Errorf("tasks left in cgroup %s: %v", dir, err)
 	}
 }
 
