@@ -49,12 +49,7 @@ func writeThree(t *testing.T, dir string) (data []byte, bStart, bEnd int) {
 			bEnd = logEnd(l)
 		}
 	}
-	_ = l.Close()
-	data, err := os.ReadFile(logPath(dir))
-	if err != nil {
-		t.Fatal(err)
-	}
-	return data, bStart, bEnd
+	return closeAndRead(t, l, dir), bStart, bEnd
 }
 
 // TestOpenKeepsLogDamagedInTheMiddle flips a byte in the middle frame of
@@ -91,11 +86,7 @@ func TestOpenTornEndIsNotDamageInTheMiddle(t *testing.T) {
 		t.Fatal(err)
 	}
 	end := logEnd(l)
-	_ = l.Close()
-	data, err := os.ReadFile(logPath(dir))
-	if err != nil {
-		t.Fatal(err)
-	}
+	data := closeAndRead(t, l, dir)
 	torn := appendFrame(nil, change{key: recordKey{"volumes", "vol-b"}, value: []byte(`{"id":"vol-b"}`)})
 	copy(data[end:], torn[:len(torn)-3])
 	if err := os.WriteFile(logPath(dir), data, 0o600); err != nil {

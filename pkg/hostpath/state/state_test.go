@@ -46,6 +46,17 @@ func checkRecovered(t *testing.T, l *Log, tab *Table[Volume], dir, id string, wa
 	}
 }
 
+// closeAndRead closes l and returns its file's bytes.
+func closeAndRead(t *testing.T, l *Log, dir string) []byte {
+	t.Helper()
+	_ = l.Close()
+	data, err := os.ReadFile(logPath(dir))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return data
+}
+
 func logPath(dir string) string { return filepath.Join(dir, logName) }
 
 // logEnd returns the end of the log's last frame.
@@ -140,11 +151,7 @@ func TestOpenDropsTornOrCorruptTail(t *testing.T) {
 				t.Fatal(err)
 			}
 			end := logEnd(l)
-			_ = l.Close()
-			data, err := os.ReadFile(logPath(dir))
-			if err != nil {
-				t.Fatal(err)
-			}
+			data := closeAndRead(t, l, dir)
 			tc.damage(data, last, end)
 			if err := os.WriteFile(logPath(dir), data, 0o600); err != nil {
 				t.Fatal(err)
