@@ -1,3 +1,5 @@
+//go:build linux
+
 package hostpath
 
 import (
@@ -8,6 +10,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/shutter-csi/shutter/pkg/hostpath/fscopy"
 )
 
 // attrs is what a copy must keep of one entry besides its data.
@@ -54,7 +58,7 @@ func treeAttrs(t *testing.T, root string) map[string]attrs {
 // and sticky included, whatever the umask) and modification time, as a
 // workload such as a database that runs as its own user needs.
 func TestCopiesKeepOwnerModeAndTimes(t *testing.T) {
-	if !canChown {
+	if !fscopy.CanChown {
 		t.Skip("keeping owners needs root (CI runs the driver tests as root)")
 	}
 	for _, direct := range []bool{false, true} {

@@ -1,3 +1,5 @@
+//go:build linux
+
 package hostpath
 
 import (
@@ -16,6 +18,7 @@ import (
 	"google.golang.org/protobuf/types/known/wrapperspb"
 	"k8s.io/klog/v2"
 
+	"github.com/shutter-csi/shutter/pkg/hostpath/fscopy"
 	"github.com/shutter-csi/shutter/pkg/hostpath/state"
 )
 
@@ -130,7 +133,7 @@ func (s *controllerServer) CreateVolume(ctx context.Context, req *csi.CreateVolu
 func (d *Driver) createVolumeData(v state.Volume, source volumeData) error {
 	c := d.copier
 	if v.SourceSnapshotID != "" {
-		c = copier{sync: d.opts.Sync, holesKnown: true, direct: true}
+		c = fscopy.Copier{Sync: d.opts.Sync, HolesKnown: true, Direct: true}
 	}
 	if err := d.buildVolume(c, v.ID, v.AccessType, v.CapacityBytes, source); err != nil {
 		return err

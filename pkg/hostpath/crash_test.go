@@ -1,3 +1,5 @@
+//go:build linux
+
 package hostpath
 
 import (
@@ -98,6 +100,35 @@ func fillVolume(t testing.TB, path string, size int64) []byte {
 	return block
 }
 
+// startWithFilledVolume builds the driver, starts it in a process of its
+// own below a new test folder and creates a block volume name of size
+// bytes, filled with data. It returns the binary, the folder, the process
+// and the volume's ID.
+func startWithFilledVolume(t *testing.T, name string, size int64) (bin, dir string, p *driverProcess, volID string) {
+	t.Helper()
+	bin, dir = buildDriver(t), t.TempDir()
+	p = startDriver(t, bin, dir)
+	vol, err := p.ctrl.CreateVolume(context.Background(), &csi.CreateVolumeRequest{
+		Name: name, CapacityRange: &csi.CapacityRange{RequiredBytes: size}, VolumeCapabilities: []*csi.VolumeCapability{blockCap()},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	volID = vol.GetVolume().GetVolumeId()
+	fillVolume(t, filepath.Join(dir, "data", "volumes", volID), size)
+	return bin, dir, p, volID
+}
+
+// restoreRequest asks for volume name of size bytes, restored from snapID.
+func restoreRequest(name, snapID string, size int64, c *csi.VolumeCapability) *csi.CreateVolumeRequest {
+	return &csi.CreateVolumeRequest{
+		Name: name, CapacityRange: &csi.CapacityRange{RequiredBytes: size}, VolumeCapabilities: []*csi.VolumeCapability{c},
+		VolumeContentSource: &csi.VolumeContentSource{Type: &csi.VolumeContentSource_Snapshot{
+			Snapshot: &csi.VolumeContentSource_SnapshotSource{SnapshotId: snapID},
+		}},
+	}
+}
+
 func waitForPath(path string, timeout time.Duration) bool {
 	for deadline := time.Now().Add(timeout); time.Now().Before(deadline); time.Sleep(100 * time.Microsecond) {
 		if _, err := os.Lstat(path); err == nil {
@@ -128,18 +159,9 @@ func TestSIGKILLDuringSnapshot(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds the driver and copies 256 MiB")
 	}
-	bin, dir := buildDriver(t), t.TempDir()
-	p := startDriver(t, bin, dir)
+	bin, dir, p, volID := startWithFilledVolume(t, "crash-src", 256<<20)
 	ctx := context.Background()
-	vol, err := p.ctrl.CreateVolume(ctx, &csi.CreateVolumeRequest{
-		Name: "crash-src", CapacityRange: &csi.CapacityRange{RequiredBytes: 256 << 20}, VolumeCapabilities: []*csi.VolumeCapability{blockCap()},
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	volID := vol.GetVolume().GetVolumeId()
 	volPath := filepath.Join(dir, "data", "volumes", volID)
-	fillVolume(t, volPath, 256<<20)
 
 	snapID := deriveID(snapshotPrefix, "crash-snap")
 	snapPath := filepath.Join(dir, "data", "snapshots", snapID)

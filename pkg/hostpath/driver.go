@@ -1,3 +1,5 @@
+//go:build linux
+
 // Package hostpath is Shutter's CSI driver that keeps volumes in a local
 // directory: mount volumes are directories, block volumes sparse files.
 //
@@ -56,6 +58,8 @@ import (
 	"google.golang.org/grpc/status"
 	"k8s.io/klog/v2"
 
+	"github.com/shutter-csi/shutter/pkg/hostpath/fscopy"
+	"github.com/shutter-csi/shutter/pkg/hostpath/quiesce"
 	"github.com/shutter-csi/shutter/pkg/hostpath/registration"
 	"github.com/shutter-csi/shutter/pkg/hostpath/state"
 )
@@ -78,9 +82,9 @@ type Driver struct {
 	snapshots       *state.Table[state.Snapshot]
 	groups          *state.Table[state.GroupSnapshot]
 	locks           *idLocks
-	copier          copier
+	copier          fscopy.Copier
 	restores        *restoreSyncer
-	quiesce         *quiescer
+	quiesce         groupQuiescer
 	// quarantine takes data no record accounts for.
 	quarantine *quarantine
 	// calls counts CSI calls whose handlers still run; Close waits for them
@@ -182,22 +186,25 @@ func New(ctx context.Context, opts Options) (*Driver, error) {
 		return nil, err
 	}
 	opts.DataDir = filepath.Clean(opts.DataDir)
+	quiescer := quiesce.New(quiesce.Config{
+		Enabled: opts.GroupSnapshotQuiesce && os.Geteuid() == 0, Timeout: opts.GroupSnapshotQuiesceTimeout,
+		Journal: filepath.Join(opts.DataDir, "state", "quiesced.json"), CgroupRoot: opts.CgroupRoot,
+	})
 	d := &Driver{
 		opts:     opts,
 		locks:    newIDLocks(),
-		copier:   copier{sync: opts.Sync},
+		copier:   fscopy.Copier{Sync: opts.Sync},
 		now:      time.Now,
 		reserved: map[string]int64{},
-		quiesce:  newQuiescer(opts),
+		quiesce:  quiescer,
 	}
 	// First of all, whatever fails later: pods a killed driver left
 	// frozen must run again.
-	if err := d.quiesce.recover(ctx); err != nil {
+	if err := quiescer.Recover(ctx); err != nil {
 		klog.FromContext(ctx).Error(err, "Resuming what a previous driver left quiesced failed")
 	}
 	if opts.GroupSnapshotQuiesce && os.Geteuid() != 0 {
 		klog.FromContext(ctx).Info("Group snapshots are not quiesced: freezing the pods that use volumes needs root")
-		d.quiesce.enabled = false
 	}
 	for _, dir := range []string{volumesDir(opts.DataDir), snapshotsDir(opts.DataDir)} {
 		if err := os.MkdirAll(dir, 0o750); err != nil {
@@ -295,7 +302,7 @@ func (d *Driver) Serve(ctx context.Context, lis net.Listener) error {
 	logger.Info("Serving CSI", "endpoint", lis.Addr().String(), "driver", d.opts.DriverName, "node", d.opts.NodeID)
 	select {
 	case err := <-errCh:
-		d.quiesce.endAll()
+		d.quiesce.EndAll()
 		return err
 	case <-ctx.Done():
 	}
@@ -304,7 +311,7 @@ func (d *Driver) Serve(ctx context.Context, lis net.Listener) error {
 	select {
 	case <-stopped:
 	case <-time.After(10 * time.Second):
-		d.quiesce.endAll()
+		d.quiesce.EndAll()
 		srv.Stop()
 	}
 	d.restores.drain()
@@ -410,7 +417,7 @@ func (d *Driver) checkSnapshotData(s state.Snapshot) string {
 		}
 		return ""
 	}
-	m, err := manifestOf(path)
+	m, err := fscopy.ManifestOf(path)
 	if err != nil {
 		return err.Error()
 	}
@@ -510,19 +517,19 @@ func (d *Driver) topology() map[string]string {
 }
 
 // installData renames data built at tmp to final and, with fsync on,
-// flushes it: the new directories when c.sync (a background restore flushes
+// flushes it: the new directories when c.Sync (a background restore flushes
 // them later) and always the entry in the parent directory.
-func (d *Driver) installData(c copier, tmp, final string, made copied) error {
+func (d *Driver) installData(c fscopy.Copier, tmp, final string, made fscopy.Copied) error {
 	if err := d.moveIntoPlace(tmp, final); err != nil {
 		return status.Errorf(codes.Internal, "install data: %v", err)
 	}
 	if !d.opts.Sync {
 		return nil
 	}
-	if !c.sync {
-		made.dirs = nil
+	if !c.Sync {
+		made.Dirs = nil
 	}
-	if err := flushTree(final, made); err != nil {
+	if err := fscopy.FlushTree(final, made); err != nil {
 		return status.Errorf(codes.Internal, "flush data: %v", err)
 	}
 	return nil

@@ -1,3 +1,5 @@
+//go:build linux
+
 package hostpath
 
 import (
@@ -10,6 +12,7 @@ import (
 	"google.golang.org/protobuf/types/known/timestamppb"
 	"k8s.io/klog/v2"
 
+	"github.com/shutter-csi/shutter/pkg/hostpath/quiesce"
 	"github.com/shutter-csi/shutter/pkg/hostpath/state"
 )
 
@@ -26,6 +29,13 @@ import (
 type groupControllerServer struct {
 	csi.UnimplementedGroupControllerServer
 	d *Driver
+}
+
+// groupQuiescer freezes the writers of a group snapshot's members while
+// they are copied: a *quiesce.Quiescer, which tests may wrap.
+type groupQuiescer interface {
+	Run(ctx context.Context, key string, uids []string, jobs []func() error) (quiesce.Result, []error, error)
+	EndAll()
 }
 
 // GroupControllerGetCapabilities reports group snapshot support.
@@ -97,16 +107,16 @@ func checkGroupSources(ids []string) ([]string, error) {
 func memberID(gid, vol string) string { return deriveID(snapshotPrefix, "group member", gid, vol) }
 
 // cutGroup copies every member volume concurrently, with the processes
-// that use them stopped (quiesce.go), then writes the member records and
+// that use them stopped (package quiesce), then writes the member records and
 // finally the group record. On failure nothing is left behind.
-func (d *Driver) cutGroup(ctx context.Context, gid, name string, sources []string) (state.GroupSnapshot, quiesceResult, error) {
+func (d *Driver) cutGroup(ctx context.Context, gid, name string, sources []string) (state.GroupSnapshot, quiesce.Result, error) {
 	created := d.now().UTC()
 	members := make([]state.Snapshot, 0, len(sources))
 	var pods []string
 	for _, v := range sources {
 		vol, err := d.lookupVolume("source_volume_ids", v)
 		if err != nil {
-			return state.GroupSnapshot{}, quiesceResult{}, err
+			return state.GroupSnapshot{}, quiesce.Result{}, err
 		}
 		members = append(members, state.Snapshot{
 			ID: memberID(gid, v), Name: name + "/" + v, SourceVolumeID: v, AccessType: vol.AccessType,
@@ -119,7 +129,7 @@ func (d *Driver) cutGroup(ctx context.Context, gid, name string, sources []strin
 		jobs[i] = func() error { return d.takeSnapshot(ctx, m) }
 	}
 	slices.Sort(pods)
-	quiesced, errs, err := d.quiesce.run(ctx, gid, slices.Compact(pods), jobs)
+	quiesced, errs, err := d.quiesce.Run(ctx, gid, slices.Compact(pods), jobs)
 	g := state.GroupSnapshot{ID: gid, Name: name, SourceVolumeIDs: sources, CreatedAt: created}
 	for _, m := range members {
 		g.SnapshotIDs = append(g.SnapshotIDs, m.ID)
@@ -146,7 +156,7 @@ func (d *Driver) cutGroup(ctx context.Context, gid, name string, sources []strin
 func writingPods(vol state.Volume) []string {
 	var out []string
 	for target, readOnly := range vol.Published {
-		if uid, ok := podOfTarget(target); ok && !readOnly {
+		if uid, ok := quiesce.PodOfTarget(target); ok && !readOnly {
 			out = append(out, uid)
 		}
 	}

@@ -1,13 +1,15 @@
+//go:build linux
+
 package hostpath
 
 import (
 	"context"
 	"flag"
 	"fmt"
-	"maps"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -16,7 +18,12 @@ import (
 	"time"
 
 	"github.com/container-storage-interface/spec/lib/go/csi"
+	"golang.org/x/sys/unix"
 	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/klog/v2/ktesting"
+
+	"github.com/shutter-csi/shutter/pkg/hostpath/fscopy"
+	"github.com/shutter-csi/shutter/pkg/hostpath/quiesce"
 )
 
 var quiesceOff = flag.Bool("quiesce-off", false,
@@ -71,27 +78,38 @@ func TestGroupSnapshotWhileWriting(t *testing.T) {
 		// forking makes the writer a shell loop that forks two processes
 		// per number: the freeze must cover the children too.
 		forking bool
-		want    string
 		snaps   int
 	}{
-		{name: "cgroup2", hier: "/sys/fs/cgroup/unified", want: "cgroup2", snaps: 8},
-		{name: "cgroup2 forking writer", hier: "/sys/fs/cgroup/unified", forking: true, want: "cgroup2", snaps: 6},
-		{name: "cgroup1 freezer", hier: "/sys/fs/cgroup/freezer", want: "cgroup1", snaps: 8},
+		{name: "cgroup2", hier: "/sys/fs/cgroup/unified", snaps: 8},
+		{name: "cgroup2 forking writer", hier: "/sys/fs/cgroup/unified", forking: true, snaps: 6},
+		{name: "cgroup1 freezer", hier: "/sys/fs/cgroup/freezer", snaps: 8},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			root, pod := newPodCgroup(t, tc.hier, testPodUID)
-			testGroupSnapshotWhileWriting(t, root, pod, tc.forking, tc.want, tc.snaps)
+			testGroupSnapshotWhileWriting(t, root, pod, tc.forking, tc.snaps)
 		})
 	}
 }
 
-func testGroupSnapshotWhileWriting(t *testing.T, cgroupRoot, pod string, forking bool, want string, snaps int) {
+func testGroupSnapshotWhileWriting(t *testing.T, cgroupRoot, pod string, forking bool, snaps int) {
 	// Without fsync: what is tested is one instant, and flushing every copy would load the disk
 	// of a machine that runs the control-plane tests beside this one.
 	e := newTestEnv(t, func(o *Options) {
 		o.GroupSnapshotQuiesce, o.CgroupRoot, o.Sync = !*quiesceOff, cgroupRoot, false
 	})
-	kinds := recordTargets(e.d.quiesce)
+	runs := recordQuiesce(e.d)
+	// The group snapshots are cut by direct calls, in this goroutine: the
+	// hooks are set without a race.
+	group := &groupControllerServer{d: e.d}
+	var frozenMu sync.Mutex
+	var frozenAtCopy []bool
+	e.d.copier.Hooks = &fscopy.Hooks{Listed: func(rel string) {
+		if rel == "counter" {
+			frozenMu.Lock()
+			defer frozenMu.Unlock()
+			frozenAtCopy = append(frozenAtCopy, isFrozen(pod))
+		}
+	}}
 	a := e.createVolume(t, "a", 256<<20, mountCap()).GetVolumeId()
 	b := e.createVolume(t, "b", 1<<20, blockCap()).GetVolumeId()
 	// "0pad" sorts before "counter": A's counter is copied last.
@@ -112,7 +130,7 @@ func testGroupSnapshotWhileWriting(t *testing.T, cgroupRoot, pod string, forking
 
 	torn := 0
 	for i := range snaps {
-		resp, err := e.group.CreateVolumeGroupSnapshot(context.Background(), &csi.CreateVolumeGroupSnapshotRequest{
+		resp, err := group.CreateVolumeGroupSnapshot(context.Background(), &csi.CreateVolumeGroupSnapshotRequest{
 			Name: fmt.Sprintf("g%d", i), SourceVolumeIds: []string{a, b},
 		})
 		if err != nil {
@@ -131,21 +149,29 @@ func testGroupSnapshotWhileWriting(t *testing.T, cgroupRoot, pod string, forking
 			torn++
 			t.Errorf("group snapshot %d: A = %d, B = %d; one instant has B <= A <= B+1", i, na, nb)
 		}
-		if _, err := e.group.DeleteVolumeGroupSnapshot(context.Background(), &csi.DeleteVolumeGroupSnapshotRequest{GroupSnapshotId: g.GetGroupSnapshotId()}); err != nil {
+		if _, err := group.DeleteVolumeGroupSnapshot(context.Background(), &csi.DeleteVolumeGroupSnapshotRequest{GroupSnapshotId: g.GetGroupSnapshotId()}); err != nil {
 			t.Fatal(err)
 		}
 	}
-	t.Logf("%d of %d group snapshots torn; quiesce targets %v", torn, snaps, kinds())
+	t.Logf("%d of %d group snapshots torn; pod frozen while A's counter was copied: %v", torn, snaps, frozenAtCopy)
 	if *quiesceOff {
 		return
 	}
-	if got := kinds(); len(got) != 1 || got[want] != snaps {
-		t.Errorf("lookups that found each kind of target = %v, want only %s, once per group snapshot", got, want)
+	if n := len(runs.list()); n != snaps {
+		t.Errorf("%d quiesced runs, want one per group snapshot (%d)", n, snaps)
+	}
+	for i, r := range runs.list() {
+		if r.res.Targets != 1 {
+			t.Errorf("group snapshot %d froze %d cgroups, want the pod's", i, r.res.Targets)
+		}
+	}
+	if want := slices.Repeat([]bool{true}, snaps); !slices.Equal(frozenAtCopy, want) {
+		t.Errorf("pod frozen while A's counter was copied = %v, want %v", frozenAtCopy, want)
 	}
 	// Every freeze was undone: the writer runs on.
 	last := readA()
 	waitFor(t, "the writer to run again", func() bool { return readA() > last })
-	if frozen(t, pod) {
+	if isFrozen(pod) {
 		t.Error("the pod's cgroup is still frozen")
 	}
 }
@@ -166,30 +192,40 @@ func publishAt(t *testing.T, e *testEnv, vol string, c *csi.VolumeCapability, ta
 	return target
 }
 
-// recordTargets wraps q's lookup and returns a function that reports in
-// how many lookups each kind of target was found.
-func recordTargets(q *quiescer) func() map[string]int {
-	var mu sync.Mutex
-	seen := map[string]int{}
-	find := q.find
-	q.find = func(uids []string) ([]target, error) {
-		targets, err := find(uids)
-		kinds := map[string]bool{}
-		for _, tg := range targets {
-			kinds[tg.record().Kind] = true
-		}
-		mu.Lock()
-		defer mu.Unlock()
-		for k := range kinds {
-			seen[k]++
-		}
-		return targets, err
-	}
-	return func() map[string]int {
-		mu.Lock()
-		defer mu.Unlock()
-		return maps.Clone(seen)
-	}
+// quiesceRun is one run of the driver's quiescer: the pods it was asked
+// to freeze and what it froze.
+type quiesceRun struct {
+	uids []string
+	res  quiesce.Result
+}
+
+// quiesceRecorder wraps a driver's quiescer and records its runs.
+type quiesceRecorder struct {
+	groupQuiescer
+	mu   sync.Mutex
+	runs []quiesceRun
+}
+
+// recordQuiesce makes d's quiescer record its runs. Set it before d
+// serves, or call d's services directly: d.quiesce is not guarded.
+func recordQuiesce(d *Driver) *quiesceRecorder {
+	r := &quiesceRecorder{groupQuiescer: d.quiesce}
+	d.quiesce = r
+	return r
+}
+
+func (r *quiesceRecorder) Run(ctx context.Context, key string, uids []string, jobs []func() error) (quiesce.Result, []error, error) {
+	res, errs, err := r.groupQuiescer.Run(ctx, key, uids, jobs)
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.runs = append(r.runs, quiesceRun{uids: slices.Clone(uids), res: res})
+	return res, errs, err
+}
+
+func (r *quiesceRecorder) list() []quiesceRun {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return slices.Clone(r.runs)
 }
 
 // startWriter runs TestCounterWriterProcess (or with forking, a shell loop
@@ -225,7 +261,7 @@ done`
 		_ = cmd.Process.Kill()
 		_ = cmd.Wait()
 		// The forked dd processes of the shell loop are killed with the cgroup.
-		killCgroup(pod)
+		killCgroup(t, pod)
 	})
 }
 
@@ -280,26 +316,32 @@ func thaw(dir string) {
 	_ = os.WriteFile(filepath.Join(dir, "freezer.state"), []byte("THAWED"), 0)
 }
 
-// frozen reports whether the test cgroup dir is frozen.
-func frozen(t *testing.T, dir string) bool {
-	t.Helper()
+// isFrozen reports whether the cgroup dir is frozen (v1 freezer) or asked
+// to freeze (v2); false when dir is neither.
+func isFrozen(dir string) bool {
 	if b, err := os.ReadFile(filepath.Join(dir, "freezer.state")); err == nil {
 		return strings.TrimSpace(string(b)) != "THAWED"
 	}
 	b, err := os.ReadFile(filepath.Join(dir, "cgroup.freeze"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	return strings.TrimSpace(string(b)) == "1"
+	return err == nil && strings.TrimSpace(string(b)) == "1"
 }
 
-// killCgroup kills every task left in the cgroup dir.
-func killCgroup(dir string) {
-	b, _ := os.ReadFile(filepath.Join(dir, "cgroup.procs"))
-	for _, f := range strings.Fields(string(b)) {
-		if pid, err := strconv.Atoi(f); err == nil {
-			_ = syscall.Kill(pid, syscall.SIGKILL)
-		}
+// killCgroup kills every task left in the cgroup dir and waits until they
+// are gone, so that none holds a file of a volume open any more.
+func killCgroup(t *testing.T, dir string) {
+	err := wait.PollUntilContextTimeout(context.Background(), 10*time.Millisecond, 10*time.Second, true,
+		func(context.Context) (bool, error) {
+			b, err := os.ReadFile(filepath.Join(dir, "cgroup.procs"))
+			pids := strings.Fields(string(b))
+			for _, f := range pids {
+				if pid, err := strconv.Atoi(f); err == nil {
+					_ = syscall.Kill(pid, syscall.SIGKILL)
+				}
+			}
+			return err != nil || len(pids) == 0, nil
+		})
+	if err != nil {
+		t.Errorf("tasks left in cgroup %s: %v", dir, err)
 	}
 }
 
@@ -329,4 +371,104 @@ func waitFor(t *testing.T, what string, ok func() bool) {
 		}
 	}
 	t.Fatalf("timed out waiting for %s", what)
+}
+
+func TestQuiesceIsOptInWithShortTimeout(t *testing.T) {
+	o := DefaultOptions()
+	if o.GroupSnapshotQuiesce {
+		t.Error("group snapshot quiescing is on by default")
+	}
+	if o.GroupSnapshotQuiesceTimeout > 10*time.Second {
+		t.Errorf("default quiesce timeout %v, want seconds", o.GroupSnapshotQuiesceTimeout)
+	}
+}
+
+// TestGroupSnapshotAsksForPublishedPodsOnly: the pods quiesced are those a
+// member is published to read-write through a kubelet pod target; a
+// read-only pod and a mount elsewhere are not.
+func TestGroupSnapshotAsksForPublishedPodsOnly(t *testing.T) {
+	requireRoot(t)
+	const reader, elsewhere = "66666666-7777-4888-9999-aaaaaaaaaaaa", "bbbbbbbb-cccc-4ddd-8eee-ffffffffffff"
+	// A cgroup hierarchy without pods: nothing is frozen.
+	cgroups := t.TempDir()
+	mustDo(t, os.WriteFile(filepath.Join(cgroups, "cgroup.controllers"), []byte("cpu memory"), 0o644))
+	e := newTestEnv(t, func(o *Options) { o.GroupSnapshotQuiesce, o.CgroupRoot = true, cgroups })
+	runs := recordQuiesce(e.d)
+	a := e.createVolume(t, "a", 1<<20, mountCap()).GetVolumeId()
+	b := e.createVolume(t, "b", 1<<20, mountCap()).GetVolumeId()
+	kubelet := filepath.Join(e.dir, "kubelet", "pods")
+	publishAt(t, e, a, mountCap(), filepath.Join(kubelet, testPodUID, "volumes", "kubernetes.io~csi", "pv-a", "mount"))
+	publishAt(t, e, a, mountCap(), filepath.Join(e.dir, "host_pods", elsewhere, "volumes", "kubernetes.io~csi", "pv-a", "mount"))
+	ro := filepath.Join(kubelet, reader, "volumes", "kubernetes.io~csi", "pv-b", "mount")
+	if _, err := e.node.NodePublishVolume(context.Background(), &csi.NodePublishVolumeRequest{
+		VolumeId: b, TargetPath: ro, VolumeCapability: mountCap(), Readonly: true,
+	}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_, _ = e.node.NodeUnpublishVolume(context.Background(), &csi.NodeUnpublishVolumeRequest{VolumeId: b, TargetPath: ro})
+	})
+	_, ctx := ktesting.NewTestContext(t)
+	if _, err := (&groupControllerServer{d: e.d}).CreateVolumeGroupSnapshot(ctx, &csi.CreateVolumeGroupSnapshotRequest{
+		Name: "g", SourceVolumeIds: []string{a, b},
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if got := runs.list(); len(got) != 1 || !slices.Equal(got[0].uids, []string{testPodUID}) {
+		t.Fatalf("asked to freeze %+v, want [%s] once", got, testPodUID)
+	}
+}
+
+// leftFrozen makes the folder cg look like a cgroup v2 that a killed
+// driver froze, and writes the journal it left below dataDir. The journal's
+// place and form are literal: a new driver must read what an old one wrote.
+func leftFrozen(t *testing.T, dataDir, cg string) {
+	t.Helper()
+	const mark = "00c0ffee00c0ffee"
+	mustDo(t, os.MkdirAll(cg, 0o755))
+	mustDo(t, os.WriteFile(filepath.Join(cg, "cgroup.freeze"), []byte("1"), 0o644))
+	if err := unix.Setxattr(cg, "trusted.shutter.frozen", []byte(mark), 0); err != nil {
+		t.Skipf("the test folder takes no trusted.* extended attributes: %v", err)
+	}
+	var st unix.Stat_t
+	mustDo(t, unix.Stat(cg, &st))
+	journal := fmt.Sprintf(`[{"kind":"cgroup2","dir":%q,"ino":%d,"mark":%q}]`, cg, st.Ino, mark)
+	mustDo(t, os.MkdirAll(filepath.Join(dataDir, "state"), 0o755))
+	mustDo(t, os.WriteFile(filepath.Join(dataDir, "state", "quiesced.json"), []byte(journal), 0o644))
+}
+
+// TestJournalIsResumedFirst: pods a killed driver left frozen are thawed
+// by the next start even when the state cannot be read or the data folder
+// is locked.
+func TestJournalIsResumedFirst(t *testing.T) {
+	requireRoot(t)
+	for _, tc := range []struct {
+		name    string
+		breakIt func(t *testing.T, o Options)
+	}{
+		{name: "unreadable state", breakIt: func(t *testing.T, o Options) {
+			mustDo(t, os.MkdirAll(filepath.Join(o.DataDir, "state", "records.log"), 0o755))
+		}},
+		{name: "data folder locked", breakIt: func(t *testing.T, o Options) {
+			l, err := lockDataDir(o.DataDir)
+			mustDo(t, err)
+			t.Cleanup(func() { _ = l.release() })
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			dir := t.TempDir()
+			o := testOptions(dir)
+			cg := filepath.Join(dir, "cgroup")
+			leftFrozen(t, o.DataDir, cg)
+			tc.breakIt(t, o)
+			_, ctx := ktesting.NewTestContext(t)
+			if d, err := New(ctx, o); err == nil {
+				_ = d.Close()
+				t.Fatal("New succeeded on a broken data folder")
+			}
+			if isFrozen(cg) {
+				t.Fatal("a driver that could not start left the pod frozen")
+			}
+		})
+	}
 }

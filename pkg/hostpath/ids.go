@@ -80,6 +80,9 @@ func checkName(name string) error {
 	return nil
 }
 
+// maxPathLength bounds a staging or target path (PATH_MAX).
+const maxPathLength = 4096
+
 // checkTargetPath validates a node path from a request: absolute, clean,
 // without NUL and outside the driver's data directory.
 func checkTargetPath(field, path, dataDir string) error {

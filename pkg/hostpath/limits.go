@@ -1,3 +1,5 @@
+//go:build linux
+
 package hostpath
 
 import (
@@ -26,8 +28,6 @@ const (
 	maxParametersBytes = 256 << 10
 	// maxGroupMembers bounds the volumes of one group snapshot.
 	maxGroupMembers = 256
-	// maxPathLength bounds a staging or target path (PATH_MAX).
-	maxPathLength = 4096
 	// maxVolumeRecordBytes bounds a volume record as stored: both kinds of
 	// parameters at their limits leave room for many publications.
 	maxVolumeRecordBytes = 768 << 10

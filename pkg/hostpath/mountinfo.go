@@ -1,3 +1,5 @@
+//go:build linux
+
 package hostpath
 
 import (
@@ -61,13 +63,4 @@ func readMountInfo(path string) ([]mountEntry, error) {
 	}
 	defer f.Close()
 	return parseMountInfo(f)
-}
-
-// pathWithin reports whether path is dir or lies below it; both are clean
-// absolute paths.
-func pathWithin(path, dir string) bool {
-	if dir == "/" {
-		return strings.HasPrefix(path, "/")
-	}
-	return path == dir || strings.HasPrefix(path, dir+"/")
 }

@@ -1,3 +1,5 @@
+//go:build linux
+
 package hostpath
 
 import (
@@ -14,6 +16,7 @@ import (
 	"google.golang.org/grpc/status"
 	"k8s.io/klog/v2"
 
+	"github.com/shutter-csi/shutter/pkg/hostpath/fscopy"
 	"github.com/shutter-csi/shutter/pkg/hostpath/state"
 )
 
@@ -58,21 +61,7 @@ func (s *nodeServer) NodeGetInfo(context.Context, *csi.NodeGetInfoRequest) (*csi
 // volumes need no staging. Only the staging path is recorded.
 func (s *nodeServer) NodeStageVolume(ctx context.Context, req *csi.NodeStageVolumeRequest) (*csi.NodeStageVolumeResponse, error) {
 	id, path := req.GetVolumeId(), req.GetStagingTargetPath()
-	if err := checkID("volume_id", id); err != nil {
-		return nil, err
-	}
-	if err := checkTargetPath("staging_target_path", path, s.d.opts.DataDir); err != nil {
-		return nil, err
-	}
-	if req.GetVolumeCapability() == nil {
-		return nil, status.Error(codes.InvalidArgument, "volume_capability is required")
-	}
-	// A workload may write the volume only once its restored data is
-	// durable; see restore.go.
-	if err := s.d.restores.wait(ctx, id); err != nil {
-		return nil, err
-	}
-	v, release, err := s.d.lockVolume(id)
+	v, release, err := s.lockToMount(ctx, id, "staging_target_path", path, req.GetVolumeCapability())
 	if err != nil {
 		return nil, err
 	}
@@ -106,6 +95,27 @@ func (s *nodeServer) NodeStageVolume(ctx context.Context, req *csi.NodeStageVolu
 	return &csi.NodeStageVolumeResponse{}, nil
 }
 
+// lockToMount checks the common part of a NodeStage or NodePublish
+// request (the volume ID, the path given as field, a capability), waits
+// until the volume's restored data is durable, as it must be before a
+// workload may write it (see restore.go), and takes the volume's lock. The
+// caller calls release when err is nil.
+func (s *nodeServer) lockToMount(ctx context.Context, id, field, path string, c *csi.VolumeCapability) (v state.Volume, release func(), err error) {
+	if err := checkID("volume_id", id); err != nil {
+		return v, nil, err
+	}
+	if err := checkTargetPath(field, path, s.d.opts.DataDir); err != nil {
+		return v, nil, err
+	}
+	if c == nil {
+		return v, nil, status.Error(codes.InvalidArgument, "volume_capability is required")
+	}
+	if err := s.d.restores.wait(ctx, id); err != nil {
+		return v, nil, err
+	}
+	return s.d.lockVolume(id)
+}
+
 // NodeUnstageVolume undoes NodeStageVolume; an unstaged volume is success.
 func (s *nodeServer) NodeUnstageVolume(ctx context.Context, req *csi.NodeUnstageVolumeRequest) (*csi.NodeUnstageVolumeResponse, error) {
 	id, path := req.GetVolumeId(), req.GetStagingTargetPath()
@@ -115,15 +125,11 @@ func (s *nodeServer) NodeUnstageVolume(ctx context.Context, req *csi.NodeUnstage
 	if err := checkTargetPath("staging_target_path", path, s.d.opts.DataDir); err != nil {
 		return nil, err
 	}
-	release, err := s.d.locks.acquire(volumeKey(id))
+	v, release, err := s.d.lockVolume(id)
 	if err != nil {
 		return nil, err
 	}
 	defer release()
-	v, ok := s.d.volumes.Get(id)
-	if !ok {
-		return nil, status.Errorf(codes.NotFound, "volume %s not found", id)
-	}
 	if v.Staged != filepath.Clean(path) && v.Staged != path {
 		return &csi.NodeUnstageVolumeResponse{}, nil
 	}
@@ -143,21 +149,7 @@ func (s *nodeServer) NodeUnstageVolume(ctx context.Context, req *csi.NodeUnstage
 // success; a single-writer volume refuses a second target.
 func (s *nodeServer) NodePublishVolume(ctx context.Context, req *csi.NodePublishVolumeRequest) (*csi.NodePublishVolumeResponse, error) {
 	id, target := req.GetVolumeId(), req.GetTargetPath()
-	if err := checkID("volume_id", id); err != nil {
-		return nil, err
-	}
-	if err := checkTargetPath("target_path", target, s.d.opts.DataDir); err != nil {
-		return nil, err
-	}
-	if req.GetVolumeCapability() == nil {
-		return nil, status.Error(codes.InvalidArgument, "volume_capability is required")
-	}
-	// A workload may write the volume only once its restored data is
-	// durable; see restore.go.
-	if err := s.d.restores.wait(ctx, id); err != nil {
-		return nil, err
-	}
-	v, release, err := s.d.lockVolume(id)
+	v, release, err := s.lockToMount(ctx, id, "target_path", target, req.GetVolumeCapability())
 	if err != nil {
 		return nil, err
 	}
@@ -286,7 +278,7 @@ func (s *nodeServer) NodeGetVolumeStats(_ context.Context, req *csi.NodeGetVolum
 	if v.AccessType == state.AccessBlock {
 		return &csi.NodeGetVolumeStatsResponse{Usage: []*csi.VolumeUsage{{Total: v.CapacityBytes, Unit: csi.VolumeUsage_BYTES}}}, nil
 	}
-	used, err := diskUsage(s.d.volumePath(v.ID))
+	used, err := fscopy.DiskUsage(s.d.volumePath(v.ID))
 	if err != nil {
 		return nil, status.Errorf(codes.Internal, "measure usage: %v", err)
 	}

@@ -1,3 +1,5 @@
+//go:build linux
+
 package hostpath
 
 import (
@@ -10,11 +12,11 @@ import (
 	"strings"
 	"sync"
 
-	"golang.org/x/sys/unix"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	"k8s.io/klog/v2"
 
+	"github.com/shutter-csi/shutter/pkg/hostpath/fscopy"
 	"github.com/shutter-csi/shutter/pkg/hostpath/state"
 )
 
@@ -23,7 +25,7 @@ import (
 // Flushing a restored volume's data takes as long as the device needs to
 // make it durable, about a second per GiB here, while the copy itself is
 // done as soon as the device has accepted the writes (restores write with
-// direct I/O, see directcopy.go; where that is refused, as soon as the copy
+// direct I/O, see fscopy/directcopy.go; where that is refused, as soon as the copy
 // is in the page cache). With background sync CreateVolume from a snapshot
 // returns once the copy is complete and its records are durable, and a
 // goroutine flushes the data afterwards.
@@ -107,7 +109,7 @@ func (d *Driver) restoreInBackground(v state.Volume, source volumeData) error {
 		return storeErr("record volume", err)
 	}
 	path := d.volumePath(v.ID)
-	c := copier{holesKnown: true, direct: true}
+	c := fscopy.Copier{HolesKnown: true, Direct: true}
 	_, err = d.writeVolumeData(c, path, v.AccessType, v.CapacityBytes, source)
 	if errors.Is(err, fs.ErrExist) {
 		// Data without a record, left by a crash or whose record was
@@ -141,7 +143,7 @@ func (r *restoreSyncer) start(volID, snapID, path string) {
 	r.pending[volID] = p
 	r.mu.Unlock()
 	r.wg.Go(func() {
-		err := syncTree(path)
+		err := fscopy.SyncTree(path)
 		if err == nil {
 			err = state.SyncDir(filepath.Dir(path))
 		}
@@ -220,54 +222,6 @@ func waitFlush(ctx context.Context, p *pendingFlush) error {
 // drain waits for every flush in progress.
 func (r *restoreSyncer) drain() { r.wg.Wait() }
 
-// syncTree fsyncs a regular file, or every file and directory of a tree,
-// opening each entry as beneath.go describes.
-func syncTree(root string) error {
-	f, st, err := openRoot(root, unix.O_RDONLY)
-	if err != nil {
-		return err
-	}
-	defer f.Close()
-	if isDirMode(st.Mode) {
-		if err := syncDirTree(int(f.Fd()), 0); err != nil {
-			return err
-		}
-	}
-	return f.Sync()
-}
-
-// syncDirTree fsyncs the files and directories below the directory fd.
-func syncDirTree(fd, depth int) error {
-	if depth >= maxTreeDepth {
-		return fmt.Errorf("the tree is more than %d levels deep", maxTreeDepth)
-	}
-	entries, err := listDir(fd)
-	if err != nil {
-		return err
-	}
-	for _, l := range entries {
-		var f *os.File
-		switch l.kind() {
-		case unix.S_IFDIR:
-			f, _, err = openListedDir(fd, l)
-			if err == nil {
-				err = syncDirTree(int(f.Fd()), depth+1)
-			}
-		case unix.S_IFREG:
-			f, _, err = openListedFile(fd, l, unix.O_RDONLY)
-		default:
-			continue
-		}
-		if f != nil {
-			err = errors.Join(err, f.Sync(), f.Close())
-		}
-		if err != nil && !errors.Is(err, errChanged) {
-			return err
-		}
-	}
-	return nil
-}
-
 // recoverRestores finishes restores whose data was not flushed when the
 // driver stopped. It runs before snapshots are checked, while every source
 // snapshot still exists.
@@ -311,6 +265,6 @@ func (d *Driver) restoreAgain(v state.Volume, snapID string) error {
 	if err := removeData(d.volumePath(v.ID)); err != nil {
 		return err
 	}
-	c := copier{sync: true, holesKnown: true, direct: true}
+	c := fscopy.Copier{Sync: true, HolesKnown: true, Direct: true}
 	return d.buildVolume(c, v.ID, v.AccessType, v.CapacityBytes, d.snapshotData(snap))
 }

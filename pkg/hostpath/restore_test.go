@@ -1,8 +1,11 @@
+//go:build linux
+
 package hostpath
 
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"os"
 	"path/filepath"
 	"slices"
@@ -10,6 +13,8 @@ import (
 	"time"
 
 	"github.com/container-storage-interface/spec/lib/go/csi"
+	"google.golang.org/grpc/codes"
+	"k8s.io/apimachinery/pkg/util/wait"
 
 	"github.com/shutter-csi/shutter/pkg/hostpath/state"
 )
@@ -26,17 +31,7 @@ func restoreEnv(t *testing.T) (e *testEnv, volID string, want []byte) {
 		t.Fatal(err)
 	}
 	snap := e.createSnapshot(t, "restore-snap", src.GetVolumeId())
-	resp, err := e.ctrl.CreateVolume(context.Background(), &csi.CreateVolumeRequest{
-		Name: "restored", CapacityRange: &csi.CapacityRange{RequiredBytes: 4 << 20},
-		VolumeCapabilities: []*csi.VolumeCapability{blockCap()},
-		VolumeContentSource: &csi.VolumeContentSource{Type: &csi.VolumeContentSource_Snapshot{
-			Snapshot: &csi.VolumeContentSource_SnapshotSource{SnapshotId: snap.GetSnapshotId()},
-		}},
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	return e, resp.GetVolume().GetVolumeId(), want
+	return e, e.restoreVolume(t, "restored", snap.GetSnapshotId(), 4<<20, blockCap()), want
 }
 
 // hasMarker reports whether the record log below dataDir holds a
@@ -44,11 +39,38 @@ func restoreEnv(t *testing.T) (e *testEnv, volID string, want []byte) {
 // also works on a driver running in another process.
 func hasMarker(t *testing.T, dataDir, volID string) bool {
 	t.Helper()
-	ids, err := state.LiveIDs(filepath.Join(dataDir, "state"), "restores")
+	return slices.Contains(liveIDs(t, dataDir, "restores"), volID)
+}
+
+// waitMarkerGone polls until the driver, in this process or another, has
+// flushed the restored volume volID and dropped its marker.
+func waitMarkerGone(t *testing.T, dataDir, volID string) {
+	t.Helper()
+	err := wait.PollUntilContextTimeout(context.Background(), 20*time.Millisecond, time.Minute, true, func(context.Context) (bool, error) {
+		return !hasMarker(t, dataDir, volID), nil
+	})
 	if err != nil {
-		t.Fatal(err)
+		t.Fatalf("the driver never flushed the restored volume: %v", err)
 	}
-	return slices.Contains(ids, volID)
+}
+
+// liveIDs returns the IDs of table's records in the record log below
+// dataDir. It opens a copy of the log, so that a driver using the log
+// meanwhile, in this process or another, is not disturbed.
+func liveIDs(t *testing.T, dataDir, table string) []string {
+	t.Helper()
+	data, err := os.ReadFile(filepath.Join(dataDir, "state", "records.log"))
+	mustDo(t, err)
+	dir, err := os.MkdirTemp("", "records-")
+	mustDo(t, err)
+	defer os.RemoveAll(dir)
+	mustDo(t, os.WriteFile(filepath.Join(dir, "records.log"), data, 0o600))
+	l, err := state.OpenLog(dir, false)
+	mustDo(t, err)
+	defer l.Close()
+	tab, err := state.OpenTable[json.RawMessage](l, table)
+	mustDo(t, err)
+	return tab.IDs()
 }
 
 func TestBackgroundRestoreSyncRemovesMarker(t *testing.T) {
@@ -152,30 +174,27 @@ func TestRecoverRestoreCutShort(t *testing.T) {
 func TestDeleteSnapshotWaitsForRestoreFlush(t *testing.T) {
 	e, volID, _ := restoreEnv(t)
 	snapID := deriveID(snapshotPrefix, "restore-snap")
-	// Hold the flush back by registering one that has not finished.
+	// A flush of the restored volume that has not finished (the real one
+	// may have).
+	e.d.restores.drain()
+	p := &pendingFlush{snapshotID: snapID, done: make(chan struct{})}
 	e.d.restores.mu.Lock()
-	p := e.d.restores.pending[volID]
+	e.d.restores.pending[volID] = p
 	e.d.restores.mu.Unlock()
-	if p == nil {
-		// The flush already finished; fake a slow one.
-		p = &pendingFlush{snapshotID: snapID, done: make(chan struct{})}
-		e.d.restores.mu.Lock()
-		e.d.restores.pending[volID] = p
-		e.d.restores.mu.Unlock()
-		time.AfterFunc(200*time.Millisecond, func() {
-			e.d.restores.mu.Lock()
-			delete(e.d.restores.pending, volID)
-			e.d.restores.mu.Unlock()
-			close(p.done)
-		})
+	// DeleteSnapshot waits for it: here until its request is cancelled.
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	_, err := (&controllerServer{d: e.d}).DeleteSnapshot(ctx, &csi.DeleteSnapshotRequest{SnapshotId: snapID})
+	wantCode(t, err, codes.Canceled)
+	if !hasSnapshot(e.d, snapID) {
+		t.Fatal("DeleteSnapshot removed the snapshot before the restored volume was flushed")
 	}
+	close(p.done)
 	if _, err := e.ctrl.DeleteSnapshot(context.Background(), &csi.DeleteSnapshotRequest{SnapshotId: snapID}); err != nil {
 		t.Fatal(err)
 	}
-	select {
-	case <-p.done:
-	default:
-		t.Fatal("DeleteSnapshot returned before the restored volume was flushed")
+	if hasSnapshot(e.d, snapID) {
+		t.Fatal("the snapshot outlived the flush")
 	}
 }
 
@@ -198,28 +217,14 @@ func TestSIGKILLBeforeRestoreFlush(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds the driver and copies 256 MiB")
 	}
-	bin, dir := buildDriver(t), t.TempDir()
-	p := startDriver(t, bin, dir)
+	bin, dir, p, srcID := startWithFilledVolume(t, "kill-src", 256<<20)
 	ctx := context.Background()
-	vol, err := p.ctrl.CreateVolume(ctx, &csi.CreateVolumeRequest{
-		Name: "kill-src", CapacityRange: &csi.CapacityRange{RequiredBytes: 256 << 20}, VolumeCapabilities: []*csi.VolumeCapability{blockCap()},
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
 	dataDir := filepath.Join(dir, "data")
-	fillVolume(t, filepath.Join(dataDir, "volumes", vol.GetVolume().GetVolumeId()), 256<<20)
-	snap, err := p.ctrl.CreateSnapshot(ctx, &csi.CreateSnapshotRequest{Name: "kill-snap", SourceVolumeId: vol.GetVolume().GetVolumeId()})
+	snap, err := p.ctrl.CreateSnapshot(ctx, &csi.CreateSnapshotRequest{Name: "kill-snap", SourceVolumeId: srcID})
 	if err != nil {
 		t.Fatal(err)
 	}
-	restored, err := p.ctrl.CreateVolume(ctx, &csi.CreateVolumeRequest{
-		Name: "kill-restored", CapacityRange: &csi.CapacityRange{RequiredBytes: 256 << 20},
-		VolumeCapabilities: []*csi.VolumeCapability{blockCap()},
-		VolumeContentSource: &csi.VolumeContentSource{Type: &csi.VolumeContentSource_Snapshot{
-			Snapshot: &csi.VolumeContentSource_SnapshotSource{SnapshotId: snap.GetSnapshot().GetSnapshotId()},
-		}},
-	})
+	restored, err := p.ctrl.CreateVolume(ctx, restoreRequest("kill-restored", snap.GetSnapshot().GetSnapshotId(), 256<<20, blockCap()))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -233,14 +238,7 @@ func TestSIGKILLBeforeRestoreFlush(t *testing.T) {
 	if _, err := p.ctrl.ControllerGetVolume(ctx, &csi.ControllerGetVolumeRequest{VolumeId: volID}); err != nil {
 		t.Fatalf("restored volume lost: %v", err)
 	}
-	for deadline := time.Now().Add(60 * time.Second); ; time.Sleep(20 * time.Millisecond) {
-		if !hasMarker(t, dataDir, volID) {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("the restarted driver never flushed the restored volume")
-		}
-	}
+	waitMarkerGone(t, dataDir, volID)
 	if !sameFile(t, filepath.Join(dataDir, "snapshots", snap.GetSnapshot().GetSnapshotId()), filepath.Join(dataDir, "volumes", volID)) {
 		t.Fatal("restored data differs from the snapshot")
 	}
@@ -254,17 +252,8 @@ func TestRestoreMountVolumeTree(t *testing.T) {
 	src := e.createVolume(t, "tree-src", 16<<20, mountCap())
 	writeTree(t, e.d.volumePath(src.GetVolumeId()))
 	snap := e.createSnapshot(t, "tree-snap", src.GetVolumeId())
-	resp, err := e.ctrl.CreateVolume(context.Background(), &csi.CreateVolumeRequest{
-		Name: "tree-restored", CapacityRange: &csi.CapacityRange{RequiredBytes: 16 << 20},
-		VolumeCapabilities: []*csi.VolumeCapability{mountCap()},
-		VolumeContentSource: &csi.VolumeContentSource{Type: &csi.VolumeContentSource_Snapshot{
-			Snapshot: &csi.VolumeContentSource_SnapshotSource{SnapshotId: snap.GetSnapshotId()},
-		}},
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	restored := e.d.volumePath(resp.GetVolume().GetVolumeId())
+	restoredID := e.restoreVolume(t, "tree-restored", snap.GetSnapshotId(), 16<<20, mountCap())
+	restored := e.d.volumePath(restoredID)
 	for _, name := range []string{"top", "a/one", "a/b/two", "c/empty"} {
 		if !sameFile(t, filepath.Join(e.d.volumePath(src.GetVolumeId()), name), filepath.Join(restored, name)) {
 			t.Fatalf("restored %s differs from the source", name)
@@ -273,7 +262,7 @@ func TestRestoreMountVolumeTree(t *testing.T) {
 	if link, err := os.Readlink(filepath.Join(restored, "link")); err != nil || link != "a/one" {
 		t.Fatalf("restored symlink = %q, %v", link, err)
 	}
-	if err := e.d.restores.wait(context.Background(), resp.GetVolume().GetVolumeId()); err != nil {
+	if err := e.d.restores.wait(context.Background(), restoredID); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -286,31 +275,17 @@ func TestSIGKILLDuringRestoreCopy(t *testing.T) {
 		t.Skip("builds the driver and copies 512 MiB")
 	}
 	const size = 512 << 20
-	bin, dir := buildDriver(t), t.TempDir()
-	p := startDriver(t, bin, dir)
+	bin, dir, p, srcID := startWithFilledVolume(t, "copy-src", size)
 	ctx := context.Background()
-	vol, err := p.ctrl.CreateVolume(ctx, &csi.CreateVolumeRequest{
-		Name: "copy-src", CapacityRange: &csi.CapacityRange{RequiredBytes: size}, VolumeCapabilities: []*csi.VolumeCapability{blockCap()},
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
 	dataDir := filepath.Join(dir, "data")
-	fillVolume(t, filepath.Join(dataDir, "volumes", vol.GetVolume().GetVolumeId()), size)
-	snap, err := p.ctrl.CreateSnapshot(ctx, &csi.CreateSnapshotRequest{Name: "copy-snap", SourceVolumeId: vol.GetVolume().GetVolumeId()})
+	snap, err := p.ctrl.CreateSnapshot(ctx, &csi.CreateSnapshotRequest{Name: "copy-snap", SourceVolumeId: srcID})
 	if err != nil {
 		t.Fatal(err)
 	}
 	volID := deriveID(volumePrefix, "copy-restored")
 	volPath := filepath.Join(dataDir, "volumes", volID)
 	go func() {
-		_, _ = p.ctrl.CreateVolume(ctx, &csi.CreateVolumeRequest{
-			Name: "copy-restored", CapacityRange: &csi.CapacityRange{RequiredBytes: size},
-			VolumeCapabilities: []*csi.VolumeCapability{blockCap()},
-			VolumeContentSource: &csi.VolumeContentSource{Type: &csi.VolumeContentSource_Snapshot{
-				Snapshot: &csi.VolumeContentSource_SnapshotSource{SnapshotId: snap.GetSnapshot().GetSnapshotId()},
-			}},
-		})
+		_, _ = p.ctrl.CreateVolume(ctx, restoreRequest("copy-restored", snap.GetSnapshot().GetSnapshotId(), size, blockCap()))
 	}()
 	if !waitForPath(volPath, 10*time.Second) {
 		t.Fatal("restore copy never started")
@@ -321,14 +296,9 @@ func TestSIGKILLDuringRestoreCopy(t *testing.T) {
 	if _, err := p.ctrl.ControllerGetVolume(ctx, &csi.ControllerGetVolumeRequest{VolumeId: volID}); err != nil {
 		t.Fatalf("volume recorded before its copy was lost: %v", err)
 	}
-	if hasMarker(t, dataDir, volID) {
-		// Only a finished copy is flushed in the background.
-		for deadline := time.Now().Add(60 * time.Second); hasMarker(t, dataDir, volID); time.Sleep(20 * time.Millisecond) {
-			if time.Now().After(deadline) {
-				t.Fatal("the restarted driver never flushed the restored volume")
-			}
-		}
-	}
+	// Only a finished copy is flushed in the background; one cut short is
+	// copied again before the driver serves, and has no marker any more.
+	waitMarkerGone(t, dataDir, volID)
 	if !sameFile(t, filepath.Join(dataDir, "snapshots", snap.GetSnapshot().GetSnapshotId()), volPath) {
 		t.Fatal("restored data differs from the snapshot after the restart")
 	}

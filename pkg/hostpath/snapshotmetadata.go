@@ -1,3 +1,5 @@
+//go:build linux
+
 package hostpath
 
 import (
@@ -13,6 +15,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/shutter-csi/shutter/pkg/hostpath/fscopy"
 	"github.com/shutter-csi/shutter/pkg/hostpath/state"
 )
 
@@ -60,7 +63,7 @@ func (s *snapshotMetadataServer) GetMetadataAllocated(req *csi.GetMetadataAlloca
 			BlockMetadataType: csi.BlockMetadataType_VARIABLE_LENGTH, VolumeCapacityBytes: snap.SizeBytes, BlockMetadata: blocks,
 		})
 	})
-	err = forEachExtent(f, req.GetStartingOffset(), snap.SizeBytes, func(start, end int64) error {
+	err = fscopy.ForEachExtent(f, req.GetStartingOffset(), snap.SizeBytes, func(start, end int64) error {
 		return out.add(max(start, req.GetStartingOffset()), end)
 	})
 	if err != nil {
@@ -192,7 +195,7 @@ func unionExtents(from, size int64, files ...*os.File) ([][2]int64, error) {
 		if f == nil {
 			continue
 		}
-		err := forEachExtent(f, from, size, func(start, end int64) error {
+		err := fscopy.ForEachExtent(f, from, size, func(start, end int64) error {
 			all = append(all, [2]int64{max(start, from), end})
 			return nil
 		})

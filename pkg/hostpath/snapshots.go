@@ -1,12 +1,16 @@
+//go:build linux
+
 package hostpath
 
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"io/fs"
 	"os"
 	"sync"
+	"syscall"
 
 	"github.com/container-storage-interface/spec/lib/go/csi"
 	"golang.org/x/sys/unix"
@@ -15,6 +19,7 @@ import (
 	"google.golang.org/protobuf/types/known/timestamppb"
 	"k8s.io/klog/v2"
 
+	"github.com/shutter-csi/shutter/pkg/hostpath/fscopy"
 	"github.com/shutter-csi/shutter/pkg/hostpath/state"
 )
 
@@ -86,6 +91,18 @@ func (d *Driver) takeSnapshot(ctx context.Context, snap state.Snapshot) error {
 	return d.copySnapshot(ctx, snap)
 }
 
+// modeBits are the bits chmod sets, which an empty snapshot keeps.
+const modeBits = fs.ModePerm | fs.ModeSetuid | fs.ModeSetgid | fs.ModeSticky
+
+// statOf returns the system's view of info, which carries owner and times.
+func statOf(info fs.FileInfo) (*syscall.Stat_t, error) {
+	st, ok := info.Sys().(*syscall.Stat_t)
+	if !ok {
+		return nil, fmt.Errorf("no owner and times for %s", info.Name())
+	}
+	return st, nil
+}
+
 // holdsNoData reports whether the volume data at path holds nothing to
 // copy: a directory without entries, or a file of size bytes without a data
 // extent. It also returns what the directory or file is (mode and owner).
@@ -143,13 +160,13 @@ func (d *Driver) copySnapshot(ctx context.Context, snap state.Snapshot) error {
 	final := d.snapshotPath(snap.ID)
 	tmp := tempPath(final)
 	src := d.volumePath(snap.SourceVolumeID)
-	made, err := d.copier.copyPath(tmp, src)
+	made, err := d.copier.CopyPath(tmp, src)
 	if errors.Is(err, fs.ErrExist) {
 		// Left by an attempt whose cleanup failed; Recover removes it too.
 		if err := os.RemoveAll(tmp); err != nil {
 			return status.Errorf(codes.Internal, "clear stale snapshot data: %v", err)
 		}
-		made, err = d.copier.copyPath(tmp, src)
+		made, err = d.copier.CopyPath(tmp, src)
 	}
 	if err == nil {
 		err = d.moveIntoPlace(tmp, final)
@@ -158,15 +175,15 @@ func (d *Driver) copySnapshot(ctx context.Context, snap state.Snapshot) error {
 		_ = os.RemoveAll(tmp)
 		return status.Errorf(codes.Internal, "copy volume data: %v", err)
 	}
-	if made.changed > 0 {
+	if made.Changed > 0 {
 		klog.FromContext(ctx).Info("Left out entries that vanished or were replaced while the volume was copied",
-			"snapshotID", snap.ID, "volumeID", snap.SourceVolumeID, "entries", made.changed)
+			"snapshotID", snap.ID, "volumeID", snap.SourceVolumeID, "entries", made.Changed)
 	}
-	snap.Manifest = &made.manifest
+	snap.Manifest = &made.Manifest
 	var dirsErr error
 	var wg sync.WaitGroup
 	if d.opts.Sync {
-		wg.Go(func() { dirsErr = flushDirs(final, made.dirs) })
+		wg.Go(func() { dirsErr = fscopy.FlushDirs(final, made.Dirs) })
 	}
 	rec, err := d.snapshots.PutChange(snap.ID, snap)
 	if err == nil {

@@ -1,3 +1,5 @@
+//go:build linux
+
 package hostpath
 
 import (
@@ -11,18 +13,15 @@ import (
 
 	"github.com/container-storage-interface/spec/lib/go/csi"
 	"golang.org/x/sys/unix"
+
+	"github.com/shutter-csi/shutter/pkg/hostpath/fscopy"
 )
 
 // restoreVolume creates a volume of size bytes from a snapshot and returns
 // its ID.
 func (e *testEnv) restoreVolume(t *testing.T, name, snapID string, size int64, c *csi.VolumeCapability) string {
 	t.Helper()
-	resp, err := e.ctrl.CreateVolume(context.Background(), &csi.CreateVolumeRequest{
-		Name: name, CapacityRange: &csi.CapacityRange{RequiredBytes: size}, VolumeCapabilities: []*csi.VolumeCapability{c},
-		VolumeContentSource: &csi.VolumeContentSource{Type: &csi.VolumeContentSource_Snapshot{
-			Snapshot: &csi.VolumeContentSource_SnapshotSource{SnapshotId: snapID},
-		}},
-	})
+	resp, err := e.ctrl.CreateVolume(context.Background(), restoreRequest(name, snapID, size, c))
 	if err != nil {
 		t.Fatalf("CreateVolume %s from %s: %v", name, snapID, err)
 	}
@@ -86,7 +85,7 @@ func TestEmptyMountSnapshotIsRecordOnly(t *testing.T) {
 	e := newTestEnv(t, func(o *Options) { o.Sync = true; o.BackgroundRestoreSync = true })
 	vol := e.createVolume(t, "empty-fs", 8<<20, mountCap())
 	const mode = 0o751 | fs.ModeSetgid
-	if canChown {
+	if fscopy.CanChown {
 		mustDo(t, os.Lchown(e.d.volumePath(vol.GetVolumeId()), 999, 998)) // before chmod, which chown undoes
 	}
 	if err := os.Chmod(e.d.volumePath(vol.GetVolumeId()), mode); err != nil {
@@ -116,7 +115,7 @@ func TestEmptyMountSnapshotIsRecordOnly(t *testing.T) {
 	if got := modeOf(t, path); got != mode {
 		t.Fatalf("restored root has mode %v, want %v", got, mode)
 	}
-	if a := treeAttrs(t, path)["."]; canChown && (a.uid != 999 || a.gid != 998) {
+	if a := treeAttrs(t, path)["."]; fscopy.CanChown && (a.uid != 999 || a.gid != 998) {
 		t.Fatalf("restored root is owned by %d:%d, want 999:998", a.uid, a.gid)
 	}
 	if hasMarker(t, e.d.opts.DataDir, restored) {
@@ -208,7 +207,7 @@ func TestSnapshotCopiesVolumesWithData(t *testing.T) {
 			if rec.Empty || rec.Manifest == nil {
 				t.Fatalf("record = %+v, want a copy with a manifest", rec)
 			}
-			m, err := manifestOf(e.d.snapshotPath(snap.GetSnapshotId()))
+			m, err := fscopy.ManifestOf(e.d.snapshotPath(snap.GetSnapshotId()))
 			if err != nil || m != *rec.Manifest {
 				t.Fatalf("snapshot data has manifest %+v, %v; the record %+v", m, err, *rec.Manifest)
 			}

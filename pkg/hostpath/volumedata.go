@@ -1,3 +1,5 @@
+//go:build linux
+
 package hostpath
 
 import (
@@ -8,6 +10,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/shutter-csi/shutter/pkg/hostpath/fscopy"
 	"github.com/shutter-csi/shutter/pkg/hostpath/state"
 )
 
@@ -66,8 +69,8 @@ func (d *Driver) volumeSource(spec volumeSpec) (volumeData, error) {
 
 // buildVolume creates a volume's data under a temporary name, from source
 // with c when it names data, renames it into place and flushes it (see
-// installData). c.sync says whether copied data itself is flushed.
-func (d *Driver) buildVolume(c copier, id string, accessType state.AccessType, size int64, source volumeData) error {
+// installData). c.Sync says whether copied data itself is flushed.
+func (d *Driver) buildVolume(c fscopy.Copier, id string, accessType state.AccessType, size int64, source volumeData) error {
 	final := d.volumePath(id)
 	tmp := tempPath(final)
 	made, err := d.writeVolumeData(c, tmp, accessType, size, source)
@@ -87,37 +90,37 @@ func (d *Driver) buildVolume(c copier, id string, accessType state.AccessType, s
 
 // writeVolumeData creates a volume's data at path: a copy of source, or an
 // empty directory or sparse file of size bytes.
-func (d *Driver) writeVolumeData(c copier, path string, accessType state.AccessType, size int64, source volumeData) (copied, error) {
+func (d *Driver) writeVolumeData(c fscopy.Copier, path string, accessType state.AccessType, size int64, source volumeData) (fscopy.Copied, error) {
 	if source.path != "" {
-		made, err := c.copyPath(path, source.path)
+		made, err := c.CopyPath(path, source.path)
 		if err == nil && accessType == state.AccessBlock {
-			err = resizeFile(path, size, c.sync)
+			err = resizeFile(path, size, c.Sync)
 		}
 		return made, err
 	}
 	if accessType == state.AccessMount {
 		return makeEmptyDir(path, source)
 	}
-	return copied{}, makeEmptyFile(path, size, source, d.opts.Sync)
+	return fscopy.Copied{}, makeEmptyFile(path, size, source, d.opts.Sync)
 }
 
 // makeEmptyDir creates an empty filesystem volume at path. Pods of any user
 // must be able to write a new volume; one restored from an empty snapshot
 // gets the snapshot's permission bits and owner.
-func makeEmptyDir(path string, source volumeData) (copied, error) {
+func makeEmptyDir(path string, source volumeData) (fscopy.Copied, error) {
 	if err := os.Mkdir(path, 0o750); err != nil {
-		return copied{}, err
+		return fscopy.Copied{}, err
 	}
 	mode := fs.FileMode(0o777)
 	if source.setMode {
 		mode = source.mode
-		if canChown {
+		if fscopy.CanChown {
 			if err := os.Lchown(path, int(source.uid), int(source.gid)); err != nil {
-				return copied{}, err
+				return fscopy.Copied{}, err
 			}
 		}
 	}
-	return copied{dirs: []string{"."}}, os.Chmod(path, mode)
+	return fscopy.Copied{Dirs: []string{"."}}, os.Chmod(path, mode)
 }
 
 // makeEmptyFile creates an empty block volume at path: a sparse file of
@@ -137,7 +140,7 @@ func makeEmptyFile(path string, size int64, source volumeData, sync bool) (err e
 		return err
 	}
 	if source.setMode {
-		if canChown {
+		if fscopy.CanChown {
 			if err := f.Chown(int(source.uid), int(source.gid)); err != nil {
 				return err
 			}

@@ -1,3 +1,5 @@
+//go:build linux
+
 package state
 
 import (
@@ -28,17 +30,7 @@ func TestCommitRefusesOversizedRecord(t *testing.T) {
 	if logEnd(l) != end {
 		t.Fatalf("the refused record moved the log's end from %d to %d", end, logEnd(l))
 	}
-	if _, ok := tab.Get("vol-huge"); ok {
-		t.Fatal("the refused record is in the table")
-	}
-	if err := tab.Put("vol-b", Volume{ID: "vol-b"}); err != nil {
-		t.Fatalf("put after the refused one: %v", err)
-	}
-	_ = l.Close()
-	_, again := openVolumes(t, dir)
-	if ids := again.IDs(); !slices.Equal(ids, []string{"vol-a", "vol-b"}) {
-		t.Fatalf("IDs after reopen = %v, want [vol-a vol-b]", ids)
-	}
+	checkRecovered(t, l, tab, dir, "vol-huge", "vol-a", "vol-b")
 }
 
 // writeThree writes records vol-a, vol-b and vol-c to a new log in dir and
@@ -57,12 +49,7 @@ func writeThree(t *testing.T, dir string) (data []byte, bStart, bEnd int) {
 			bEnd = logEnd(l)
 		}
 	}
-	_ = l.Close()
-	data, err := os.ReadFile(logPath(dir))
-	if err != nil {
-		t.Fatal(err)
-	}
-	return data, bStart, bEnd
+	return closeAndRead(t, l, dir), bStart, bEnd
 }
 
 // TestOpenKeepsLogDamagedInTheMiddle flips a byte in the middle frame of
@@ -99,11 +86,7 @@ func TestOpenTornEndIsNotDamageInTheMiddle(t *testing.T) {
 		t.Fatal(err)
 	}
 	end := logEnd(l)
-	_ = l.Close()
-	data, err := os.ReadFile(logPath(dir))
-	if err != nil {
-		t.Fatal(err)
-	}
+	data := closeAndRead(t, l, dir)
 	torn := appendFrame(nil, change{key: recordKey{"volumes", "vol-b"}, value: []byte(`{"id":"vol-b"}`)})
 	copy(data[end:], torn[:len(torn)-3])
 	if err := os.WriteFile(logPath(dir), data, 0o600); err != nil {

@@ -1,3 +1,5 @@
+//go:build linux
+
 package state
 
 import (
@@ -7,7 +9,6 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
-	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -176,33 +177,6 @@ func (l *Log) cutTail() error {
 		}
 	}
 	return nil
-}
-
-// LiveIDs reads the record log in dir without changing it and returns the
-// IDs of table's live records in ascending order. It is for tools and for
-// tests that watch a running driver from outside.
-func LiveIDs(dir, table string) ([]string, error) {
-	data, err := os.ReadFile(filepath.Join(dir, logName))
-	if err != nil {
-		return nil, fmt.Errorf("read record log: %w", err)
-	}
-	if !bytes.HasPrefix(data, []byte(logMagic)) {
-		return nil, fmt.Errorf("%s is not a record log", dir)
-	}
-	ids := map[string]bool{}
-	_, err = replay(data[len(logMagic):], func(c change) {
-		if c.key.table == table {
-			ids[c.key.id] = c.value != nil
-		}
-	})
-	var out []string
-	for id, live := range ids {
-		if live {
-			out = append(out, id)
-		}
-	}
-	slices.Sort(out)
-	return out, err
 }
 
 // removeTemps removes temporary files for base left in dir by a crash.

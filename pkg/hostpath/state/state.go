@@ -1,3 +1,5 @@
+//go:build linux
+
 // Package state persists the hostpath driver's records (volumes, snapshots,
 // group snapshots, pending restores) so that a restart, even after SIGKILL
 // or power loss, finds every object the driver ever acknowledged.
@@ -124,17 +126,6 @@ func (t *Table[T]) List() []T {
 		out = append(out, t.records[id])
 	}
 	return out
-}
-
-// Find returns the first record, in ID order, for which match is true.
-func (t *Table[T]) Find(match func(T) bool) (T, bool) {
-	for _, rec := range t.List() {
-		if match(rec) {
-			return rec, true
-		}
-	}
-	var zero T
-	return zero, false
 }
 
 // Put durably stores rec under id, replacing any previous record.

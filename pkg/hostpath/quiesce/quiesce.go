@@ -1,4 +1,11 @@
-package hostpath
+//go:build linux
+
+// Package quiesce freezes the pods that write a group snapshot's member
+// volumes while the members are copied, and makes sure every freeze is
+// undone, also after a crash (quiesce.go). Pods are frozen through their
+// cgroups (freeze.go): cgroup v2 cgroup.freeze or the v1 freezer. It is
+// Linux-only.
+package quiesce
 
 import (
 	"context"
@@ -7,7 +14,6 @@ import (
 	"fmt"
 	"io/fs"
 	"os"
-	"path/filepath"
 	"runtime/debug"
 	"slices"
 	"sync"
@@ -20,10 +26,10 @@ import (
 	"github.com/shutter-csi/shutter/pkg/hostpath/state"
 )
 
-// quiescer freezes the pods that use a group snapshot's member volumes
+// Quiescer freezes the pods that use a group snapshot's member volumes
 // while the members are copied, so that no write lands in one member's copy
 // and not in another's: the members show one instant. It is off unless
-// Options.GroupSnapshotQuiesce is set.
+// Config.Enabled (the driver's Options.GroupSnapshotQuiesce) is set.
 //
 // Invariants:
 //   - Only the cgroups of pods the driver itself published a member to
@@ -31,7 +37,7 @@ import (
 //     publish targets, never from a guess at who uses a folder.
 //   - Every freeze is undone: when the copies end, when they fail or panic,
 //     when the request is cancelled, when the driver stops serving, and at
-//     the latest Options.GroupSnapshotQuiesceTimeout after the first one.
+//     the latest Config.Timeout after the first one.
 //     What is frozen is written to a journal before it is frozen; a
 //     restarted driver reads the journal before anything else and thaws
 //     what a killed one left frozen, if it is still frozen by the driver
@@ -42,7 +48,7 @@ import (
 //     target is thawed when the last session holding it ends.
 //   - A group snapshot whose freeze timed out maxQuiesceTimeouts times in a
 //     row fails for good (FailedPrecondition), not retried forever.
-type quiescer struct {
+type Quiescer struct {
 	enabled bool
 	timeout time.Duration
 	// find returns the targets that stop the pods uids; tests replace it.
@@ -71,21 +77,31 @@ type heldTarget struct {
 // failure final.
 const maxQuiesceTimeouts = 3
 
-// newQuiescer returns the driver's quiescer; it finds pod cgroups below
-// Options.CgroupRoot.
-func newQuiescer(opts Options) *quiescer {
-	return &quiescer{
-		enabled: opts.GroupSnapshotQuiesce, timeout: opts.GroupSnapshotQuiesceTimeout,
-		journal: quiesceJournal(opts.DataDir), proc: "/proc",
+// Config configures a Quiescer.
+type Config struct {
+	// Enabled freezes the pods; a Quiescer that is not enabled runs the
+	// jobs at once and freezes nothing.
+	Enabled bool
+	// Timeout bounds how long pods stay frozen for one run.
+	Timeout time.Duration
+	// Journal is the file that lists what is frozen, for Recover.
+	Journal string
+	// CgroupRoot is where the node's cgroup filesystem is mounted: the
+	// unified hierarchy, or the folder holding the v1 hierarchies.
+	CgroupRoot string
+}
+
+// New returns a Quiescer that finds pod cgroups below c.CgroupRoot.
+func New(c Config) *Quiescer {
+	return &Quiescer{
+		enabled: c.Enabled, timeout: c.Timeout, journal: c.Journal, proc: "/proc",
 		held: map[string]*heldTarget{}, sessions: map[*quiesceSession]bool{}, timeouts: map[string]int{},
-		find: podCgroups{root: opts.CgroupRoot, self: os.Getpid()}.find,
+		find: podCgroups{root: c.CgroupRoot, self: os.Getpid()}.find,
 	}
 }
 
-func quiesceJournal(dataDir string) string { return filepath.Join(dataDir, "state", "quiesced.json") }
-
-// quiesceResult is what a quiesced run stopped, and for how long.
-type quiesceResult struct {
+// Result is what a quiesced run stopped, and for how long.
+type Result struct {
 	// Pods is the number of pods asked for, Targets the cgroups frozen.
 	Pods    int
 	Targets int
@@ -95,14 +111,14 @@ type quiesceResult struct {
 	Frozen   time.Duration
 }
 
-// run runs jobs concurrently while the pods uids are frozen, and thaws
+// Run runs jobs concurrently while the pods uids are frozen, and thaws
 // them as soon as the jobs end. It returns the jobs' errors, and err when
 // the pods could not be frozen or had to be thawed before the jobs ended
 // (timeout, ctx), so that the jobs' results do not show one instant. key
 // names the group snapshot, for counting its timeouts. A panicking job
 // thaws the pods at once; run then panics with its value once the other
 // jobs are done.
-func (q *quiescer) run(ctx context.Context, key string, uids []string, jobs []func() error) (res quiesceResult, errs []error, err error) {
+func (q *Quiescer) Run(ctx context.Context, key string, uids []string, jobs []func() error) (res Result, errs []error, err error) {
 	if !q.enabled || len(uids) == 0 {
 		errs, p := runJobs(jobs, func() {})
 		rethrow(p)
@@ -135,7 +151,7 @@ func (q *quiescer) run(ctx context.Context, key string, uids []string, jobs []fu
 // countTimeout counts a run of group snapshot key that ended by the
 // timeout, and turns err into a final FailedPrecondition after
 // maxQuiesceTimeouts in a row. Any other end resets the count.
-func (q *quiescer) countTimeout(key string, s *quiesceSession, err error) error {
+func (q *Quiescer) countTimeout(key string, s *quiesceSession, err error) error {
 	s.mu.Lock()
 	timedOut := s.reason == reasonTimeout
 	s.mu.Unlock()
@@ -193,7 +209,7 @@ func rethrow(p *jobPanic) {
 
 // quiesceSession is one group snapshot's hold on stopped targets.
 type quiesceSession struct {
-	q      *quiescer
+	q      *Quiescer
 	logger klog.Logger
 	done   chan struct{}
 
@@ -205,7 +221,7 @@ type quiesceSession struct {
 	frozen  time.Duration
 }
 
-func (q *quiescer) newSession(ctx context.Context) *quiesceSession {
+func (q *Quiescer) newSession(ctx context.Context) *quiesceSession {
 	s := &quiesceSession{q: q, logger: klog.FromContext(ctx), done: make(chan struct{})}
 	q.mu.Lock()
 	q.sessions[s] = true
@@ -342,7 +358,7 @@ func (s *quiesceSession) end(reason string) time.Duration {
 
 // acquire takes a hold on t, stopping it if no session holds it yet. The
 // journal names t before it is stopped.
-func (q *quiescer) acquire(t target) error {
+func (q *Quiescer) acquire(t target) error {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	if h, ok := q.held[t.key()]; ok {
@@ -363,7 +379,7 @@ func (q *quiescer) acquire(t target) error {
 	return q.writeJournal()
 }
 
-func (q *quiescer) stopped(key string) (bool, error) {
+func (q *Quiescer) stopped(key string) (bool, error) {
 	q.mu.Lock()
 	h, ok := q.held[key]
 	q.mu.Unlock()
@@ -375,7 +391,7 @@ func (q *quiescer) stopped(key string) (bool, error) {
 
 // release drops the session's holds and resumes what no session holds
 // any more; the journal is updated after the resumes. Called with s.mu.
-func (q *quiescer) release(s *quiesceSession) error {
+func (q *Quiescer) release(s *quiesceSession) error {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	delete(q.sessions, s)
@@ -399,8 +415,8 @@ func (q *quiescer) release(s *quiesceSession) error {
 	return errors.Join(errs...)
 }
 
-// endAll ends every session, for a driver that stops serving.
-func (q *quiescer) endAll() {
+// EndAll ends every session, for a driver that stops serving.
+func (q *Quiescer) EndAll() {
 	q.mu.Lock()
 	sessions := make([]*quiesceSession, 0, len(q.sessions))
 	for s := range q.sessions {
@@ -415,7 +431,7 @@ func (q *quiescer) endAll() {
 // writeJournal records every held target, or removes the journal when
 // none is held. A driver crash keeps the page cache, and a power failure
 // leaves no process stopped, so it is not flushed. Called with q.mu.
-func (q *quiescer) writeJournal() error {
+func (q *Quiescer) writeJournal() error {
 	if len(q.held) == 0 && len(q.pending) == 0 {
 		if err := os.Remove(q.journal); err != nil && !errors.Is(err, fs.ErrNotExist) {
 			return fmt.Errorf("remove quiesce journal: %w", err)
@@ -436,12 +452,12 @@ func (q *quiescer) writeJournal() error {
 	return nil
 }
 
-// recover thaws what the journal of a driver that died while quiescing
+// Recover thaws what the journal of a driver that died while quiescing
 // lists. It runs first at start, before the data folder is locked and the
 // state read, so that no failure there leaves pods frozen. A record that
 // cannot be resumed is logged and kept in the journal for retryPending;
 // the others are dropped from it.
-func (q *quiescer) recover(ctx context.Context) error {
+func (q *Quiescer) Recover(ctx context.Context) error {
 	b, err := os.ReadFile(q.journal)
 	if errors.Is(err, fs.ErrNotExist) {
 		return nil
@@ -460,7 +476,7 @@ func (q *quiescer) recover(ctx context.Context) error {
 }
 
 // retryPending tries the resumes that failed before again.
-func (q *quiescer) retryPending(ctx context.Context) {
+func (q *Quiescer) retryPending(ctx context.Context) {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	if len(q.pending) > 0 {
@@ -470,7 +486,7 @@ func (q *quiescer) retryPending(ctx context.Context) {
 
 // resumePending resumes every pending record, keeps those that fail and
 // rewrites the journal. Called with q.mu.
-func (q *quiescer) resumePending(logger klog.Logger) error {
+func (q *Quiescer) resumePending(logger klog.Logger) error {
 	var failed []heldRecord
 	for _, r := range q.pending {
 		logger.Info("Resuming what a previous group snapshot left quiesced", "target", r)

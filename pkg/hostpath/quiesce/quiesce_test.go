@@ -1,4 +1,6 @@
-package hostpath
+//go:build linux
+
+package quiesce
 
 import (
 	"context"
@@ -14,6 +16,7 @@ import (
 	"time"
 
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 	"k8s.io/klog/v2/ktesting"
 )
 
@@ -22,6 +25,8 @@ type fakeWorld struct {
 	mu      sync.Mutex
 	stopped map[string]bool
 	events  []string
+	// changed is closed, and replaced, at every stop and resume.
+	changed chan struct{}
 	// stopErr fails the stop of a target; slow makes stopped() report
 	// false that many times first.
 	stopErr map[string]error
@@ -29,7 +34,14 @@ type fakeWorld struct {
 }
 
 func newFakeWorld() *fakeWorld {
-	return &fakeWorld{stopped: map[string]bool{}, stopErr: map[string]error{}, slow: map[string]int{}}
+	return &fakeWorld{stopped: map[string]bool{}, stopErr: map[string]error{}, slow: map[string]int{}, changed: make(chan struct{})}
+}
+
+// record logs a step and signals it. Called with w.mu.
+func (w *fakeWorld) record(event string) {
+	w.events = append(w.events, event)
+	close(w.changed)
+	w.changed = make(chan struct{})
 }
 
 // isStopped reports whether name is stopped and has reported so: a slow
@@ -66,7 +78,7 @@ func (f fakeTarget) stop() (bool, error) {
 		return false, err
 	}
 	f.w.stopped[f.name] = true
-	f.w.events = append(f.w.events, "stop "+f.name)
+	f.w.record("stop " + f.name)
 	return true, nil
 }
 
@@ -84,20 +96,16 @@ func (f fakeTarget) resume() error {
 	f.w.mu.Lock()
 	defer f.w.mu.Unlock()
 	delete(f.w.stopped, f.name)
-	f.w.events = append(f.w.events, "resume "+f.name)
+	f.w.record("resume " + f.name)
 	return nil
 }
 
 func (f fakeTarget) record() heldRecord { return heldRecord{Kind: "fake", Dir: f.name} }
 
-// newFakeQuiescer returns an enabled quiescer that finds one fake target
+// newFakeQuiescer returns an enabled Quiescer that finds one fake target
 // per pod UID, named as the UID.
-func newFakeQuiescer(t *testing.T, w *fakeWorld, timeout time.Duration) *quiescer {
-	dir := t.TempDir()
-	if err := os.MkdirAll(filepath.Join(dir, "state"), 0o755); err != nil {
-		t.Fatal(err)
-	}
-	q := newQuiescer(Options{DataDir: dir, GroupSnapshotQuiesce: true, GroupSnapshotQuiesceTimeout: timeout})
+func newFakeQuiescer(t *testing.T, w *fakeWorld, timeout time.Duration) *Quiescer {
+	q := New(Config{Enabled: true, Timeout: timeout, Journal: filepath.Join(t.TempDir(), "quiesced.json")})
 	q.find = func(uids []string) ([]target, error) {
 		var out []target
 		for _, n := range uids {
@@ -122,8 +130,8 @@ func TestQuiesceStopsThenCopiesThenResumes(t *testing.T) {
 		during = append(during, string(b))
 		return err
 	}
-	res, errs, err := q.run(ctx, "g", []string{"a", "b"}, []func() error{job})
-	if err != nil || firstError(errs) != nil {
+	res, errs, err := q.Run(ctx, "g", []string{"a", "b"}, []func() error{job})
+	if err != nil || errors.Join(errs...) != nil {
 		t.Fatalf("run = %v, %v", errs, err)
 	}
 	if res.Pods != 2 || res.Targets != 2 || res.Frozen <= 0 {
@@ -196,7 +204,7 @@ func TestQuiesceAlwaysResumes(t *testing.T) {
 			}}
 			var errs []error
 			var err error
-			panicked := catchPanic(func() { _, errs, err = q.run(ctx, "g", []string{"a", "b"}, jobs) })
+			panicked := catchPanic(func() { _, errs, err = q.Run(ctx, "g", []string{"a", "b"}, jobs) })
 			if w.anyStopped() {
 				t.Fatalf("still stopped after run returned (events %v)", w.log())
 			}
@@ -206,11 +214,13 @@ func TestQuiesceAlwaysResumes(t *testing.T) {
 			if panicked != nil != tc.panics || tc.panics && !strings.Contains(fmt.Sprint(panicked), "boom") {
 				t.Fatalf("panic = %v, want one: %v", panicked, tc.panics)
 			}
-			if tc.wantJob && (err != nil || firstError(errs) == nil) {
+			if tc.wantJob && (err != nil || errors.Join(errs...) == nil) {
 				t.Fatalf("run = %v, %v; want the copy's error", errs, err)
 			}
 			if tc.wantCode != codes.OK {
-				wantCode(t, err, tc.wantCode)
+				if got := status.Code(err); got != tc.wantCode {
+					t.Fatalf("run = %v, want code %s", err, tc.wantCode)
+				}
 			}
 			if ran == tc.noCopy {
 				t.Fatalf("copy ran = %v, want %v", ran, !tc.noCopy)
@@ -222,13 +232,20 @@ func TestQuiesceAlwaysResumes(t *testing.T) {
 // waitResumed waits until the fake world has nothing stopped, as a copy
 // that outlives its quiesce would.
 func waitResumed(w *fakeWorld) error {
-	for range 500 {
-		if !w.anyStopped() {
+	deadline := time.After(time.Minute)
+	for {
+		w.mu.Lock()
+		idle, changed := len(w.stopped) == 0, w.changed
+		w.mu.Unlock()
+		if idle {
 			return nil
 		}
-		time.Sleep(5 * time.Millisecond)
+		select {
+		case <-changed:
+		case <-deadline:
+			return errors.New("never resumed")
+		}
 	}
-	return errors.New("never resumed")
 }
 
 func orDefault(d, def time.Duration) time.Duration {
@@ -251,7 +268,7 @@ func TestQuiescePanicResumesBeforeOtherCopiesEnd(t *testing.T) {
 	var slowErr error
 	slow := func() error { slowErr = waitResumed(w); return slowErr }
 	panicky := func() error { panic("boom") }
-	if v := catchPanic(func() { _, _, _ = q.run(ctx, "g", []string{"a"}, []func() error{slow, panicky}) }); v == nil {
+	if v := catchPanic(func() { _, _, _ = q.Run(ctx, "g", []string{"a"}, []func() error{slow, panicky}) }); v == nil {
 		t.Fatal("the panic was swallowed")
 	}
 	if slowErr != nil {
@@ -266,14 +283,14 @@ func TestQuiesceSessionsShareTargets(t *testing.T) {
 	firstStopped, secondDone := make(chan struct{}), make(chan struct{})
 	var wg sync.WaitGroup
 	wg.Go(func() {
-		_, _, _ = q.run(ctx, "g1", []string{"shared"}, []func() error{func() error {
+		_, _, _ = q.Run(ctx, "g1", []string{"shared"}, []func() error{func() error {
 			close(firstStopped)
 			<-secondDone
 			return nil
 		}})
 	})
 	<-firstStopped
-	_, _, err := q.run(ctx, "g2", []string{"shared"}, []func() error{func() error { return nil }})
+	_, _, err := q.Run(ctx, "g2", []string{"shared"}, []func() error{func() error { return nil }})
 	stillStopped := w.isStopped("shared")
 	close(secondDone)
 	wg.Wait()
@@ -287,10 +304,10 @@ func TestQuiesceSessionsShareTargets(t *testing.T) {
 
 func TestQuiesceDisabledDoesNotScan(t *testing.T) {
 	_, ctx := ktesting.NewTestContext(t)
-	q := newQuiescer(Options{GroupSnapshotQuiesce: false})
+	q := New(Config{Enabled: false})
 	q.find = func([]string) ([]target, error) { return nil, errors.New("scanned") }
-	res, errs, err := q.run(ctx, "g", []string{"a"}, []func() error{func() error { return nil }})
-	if err != nil || firstError(errs) != nil || res != (quiesceResult{}) {
+	res, errs, err := q.Run(ctx, "g", []string{"a"}, []func() error{func() error { return nil }})
+	if err != nil || errors.Join(errs...) != nil || res != (Result{}) {
 		t.Fatalf("run = %+v, %v, %v", res, errs, err)
 	}
 }
@@ -299,9 +316,11 @@ func TestQuiesceEndAll(t *testing.T) {
 	_, ctx := ktesting.NewTestContext(t)
 	w := newFakeWorld()
 	q := newFakeQuiescer(t, w, time.Minute)
-	_, _, err := q.run(ctx, "g", []string{"a"}, []func() error{func() error {
-		q.endAll() // the driver stops serving mid-copy
+	_, _, err := q.Run(ctx, "g", []string{"a"}, []func() error{func() error {
+		q.EndAll() // the driver stops serving mid-copy
 		return waitResumed(w)
 	}})
-	wantCode(t, err, codes.Unavailable)
+	if got := status.Code(err); got != codes.Unavailable {
+		t.Fatalf("run = %v, want code Unavailable", err)
+	}
 }

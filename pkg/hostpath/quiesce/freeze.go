@@ -1,6 +1,6 @@
 //go:build linux
 
-package hostpath
+package quiesce
 
 import (
 	"crypto/rand"
@@ -28,7 +28,7 @@ type target interface {
 	stopped() (bool, error)
 	// resume lets it run again.
 	resume() error
-	// record is how a restarted driver resumes it (see quiescer.recover).
+	// record is how a restarted driver resumes it (see Quiescer.Recover).
 	record() heldRecord
 }
 
@@ -225,11 +225,11 @@ func readProcStart(path string) (uint64, error) {
 // podUIDPattern is the form of a pod's UID.
 var podUIDPattern = regexp.MustCompile(`^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$`)
 
-// podOfTarget returns the UID of the pod a kubelet publish target belongs
+// PodOfTarget returns the UID of the pod a kubelet publish target belongs
 // to: <kubelet>/pods/<uid>/volumes/... for a filesystem volume,
 // <kubelet>/plugins/kubernetes.io/csi/volumeDevices/publish/<pv>/<uid> for
 // a block volume.
-func podOfTarget(target string) (string, bool) {
+func PodOfTarget(target string) (string, bool) {
 	parts := strings.Split(filepath.Clean(target), "/")
 	for i := 0; i+2 < len(parts); i++ {
 		if parts[i] == "pods" && parts[i+2] == "volumes" && podUIDPattern.MatchString(parts[i+1]) {

@@ -1,4 +1,6 @@
-package hostpath
+//go:build linux
+
+package fscopy
 
 import (
 	"errors"

@@ -1,6 +1,6 @@
 //go:build linux
 
-package hostpath
+package fscopy
 
 import (
 	"errors"
@@ -226,10 +226,10 @@ type devIno struct{ dev, ino uint64 }
 func isDirMode(m uint32) bool { return m&unix.S_IFMT == unix.S_IFDIR }
 func isRegMode(m uint32) bool { return m&unix.S_IFMT == unix.S_IFREG }
 
-// diskUsage sums the allocated bytes of every entry below root, a volume
+// DiskUsage sums the allocated bytes of every entry below root, a volume
 // whose workload may change it meanwhile (see above): entries that vanish
 // are not counted, and nothing outside root is ever looked at.
-func diskUsage(root string) (int64, error) {
+func DiskUsage(root string) (int64, error) {
 	f, st, err := openRoot(root, unix.O_RDONLY)
 	if err != nil {
 		return 0, err

@@ -1,4 +1,12 @@
-package hostpath
+//go:build linux
+
+// Package fscopy is the hostpath driver's copy engine: it makes the
+// point-in-time copies that snapshots, restores and clones are made of, reads
+// volume data that a possibly hostile workload may be changing meanwhile
+// without following its links (beneath.go), and makes copies durable
+// (flush.go). It is Linux-only: it relies on openat2, copy_file_range,
+// FICLONE, SEEK_DATA/SEEK_HOLE, sync_file_range and native AIO.
+package fscopy
 
 import (
 	"errors"
@@ -8,7 +16,6 @@ import (
 	"os"
 	"path"
 	"path/filepath"
-	"sync"
 
 	"golang.org/x/sys/unix"
 
@@ -19,55 +26,55 @@ import (
 // zeros.
 const copyChunk = 4 << 20
 
-// copier makes point-in-time copies of volume data, in-process: a reflink
+// Copier makes point-in-time copies of volume data, in-process: a reflink
 // (FICLONE) where the filesystem shares blocks, otherwise a sparse-aware copy
 // that skips holes and all-zero chunks and moves data with copy_file_range.
-type copier struct {
-	// sync makes copies durable (fsync) before they are reported done.
-	sync bool
-	// noReflink disables FICLONE, for tests of the fallback path.
-	noReflink bool
-	// holesKnown says the source's zero blocks are holes already (it is a
+type Copier struct {
+	// Sync makes copies durable (fsync) before they are reported done.
+	Sync bool
+	// NoReflink disables FICLONE, for tests of the fallback path.
+	NoReflink bool
+	// HolesKnown says the source's zero blocks are holes already (it is a
 	// snapshot), so data extents are copied without reading them first.
-	holesKnown bool
-	// direct writes the data extents of files with direct I/O where the
+	HolesKnown bool
+	// Direct writes the data extents of files with direct I/O where the
 	// filesystem allows it, leaving the page cache alone (directcopy.go).
-	// It applies with holesKnown only.
-	direct bool
-	// hooks, when set, let tests act during a copy.
-	hooks *copyHooks
+	// It applies with HolesKnown only.
+	Direct bool
+	// Hooks, when set, let tests act during a copy.
+	Hooks *Hooks
 }
 
-// copied describes what a copy made.
-type copied struct {
-	// dirs are the directories created, relative to the copy's root ("."
-	// is the root). The copier does not flush them: flushTree does, when
+// Copied describes what a copy made.
+type Copied struct {
+	// Dirs are the directories created, relative to the copy's root ("."
+	// is the root). The Copier does not flush them: FlushTree does, when
 	// the caller has renamed the copy into place.
-	dirs []string
-	// manifest summarises the copy for verification after a crash: it
+	Dirs []string
+	// Manifest summarises the copy for verification after a crash: it
 	// counts what was copied, with each file's size as the copy has it.
-	manifest state.Manifest
-	// changed counts the source entries left out because they vanished or
+	Manifest state.Manifest
+	// Changed counts the source entries left out because they vanished or
 	// were replaced between the listing of their directory and their open.
-	changed int
+	Changed int
 }
 
-// copyHooks let tests act at fixed points of a copy.
-type copyHooks struct {
-	// listed runs after an entry (relative path) was listed in its
+// Hooks let tests act at fixed points of a copy.
+type Hooks struct {
+	// Listed runs after an entry (relative path) was listed in its
 	// directory and before it is opened.
-	listed func(rel string)
+	Listed func(rel string)
 }
 
-// copyPath copies src to dst; src is a regular file (block volume) or a
+// CopyPath copies src to dst; src is a regular file (block volume) or a
 // directory tree (mount volume), which a workload may be changing: it is
 // read as beneath.go describes. dst must not exist: if it does, the error
 // matches fs.ErrExist. With sync, regular files are flushed before
-// copyPath returns.
-func (c copier) copyPath(dst, src string) (copied, error) {
+// CopyPath returns.
+func (c Copier) CopyPath(dst, src string) (Copied, error) {
 	in, st, err := openRoot(src, unix.O_RDONLY)
 	if err != nil {
-		return copied{}, fmt.Errorf("open copy source: %w", err)
+		return Copied{}, fmt.Errorf("open copy source: %w", err)
 	}
 	defer in.Close()
 	switch {
@@ -75,21 +82,21 @@ func (c copier) copyPath(dst, src string) (copied, error) {
 		return c.copyTree(dst, in, &st)
 	case isRegMode(st.Mode):
 		size, err := c.copyFile(unix.AT_FDCWD, dst, in, &st)
-		return copied{manifest: state.Manifest{Entries: 1, Bytes: size}}, err
+		return Copied{Manifest: state.Manifest{Entries: 1, Bytes: size}}, err
 	}
-	return copied{}, fmt.Errorf("copy source %s is neither a directory nor a regular file", src)
+	return Copied{}, fmt.Errorf("copy source %s is neither a directory nor a regular file", src)
 }
 
 // treeCopy is one copy of a directory tree in progress.
 type treeCopy struct {
-	c copier
+	c Copier
 	// root is the copy's top directory; dev the source's device.
 	root int
 	dev  uint64
 	// links maps the source files with more than one link to their first
 	// copy, so that the others become links to it.
 	links map[devIno]linkedCopy
-	made  copied
+	made  Copied
 }
 
 // linkedCopy is the first copy of a file with several links.
@@ -101,17 +108,17 @@ type linkedCopy struct {
 // copyTree copies the directory tree in (lstat st) to the new directory
 // dst: directories, regular files (hard links stay hard links) and
 // symlinks. FIFOs, sockets and devices are left out, never opened.
-func (c copier) copyTree(dst string, in *os.File, st *unix.Stat_t) (copied, error) {
+func (c Copier) copyTree(dst string, in *os.File, st *unix.Stat_t) (Copied, error) {
 	if err := os.Mkdir(dst, 0o700); err != nil {
-		return copied{}, err
+		return Copied{}, err
 	}
 	out, _, err := openRoot(dst, unix.O_RDONLY|unix.O_DIRECTORY)
 	if err != nil {
-		return copied{}, err
+		return Copied{}, err
 	}
 	defer out.Close()
 	w := &treeCopy{c: c, root: int(out.Fd()), dev: st.Dev, links: map[devIno]linkedCopy{}}
-	w.made.dirs, w.made.manifest.Entries = []string{"."}, 1
+	w.made.Dirs, w.made.Manifest.Entries = []string{"."}, 1
 	if err := w.copyDir(int(in.Fd()), w.root, ".", 0); err != nil {
 		return w.made, err
 	}
@@ -130,8 +137,8 @@ func (w *treeCopy) copyDir(src, dst int, rel string, depth int) error {
 	}
 	for _, l := range entries {
 		child := path.Join(rel, l.name)
-		if w.c.hooks != nil && w.c.hooks.listed != nil {
-			w.c.hooks.listed(child)
+		if w.c.Hooks != nil && w.c.Hooks.Listed != nil {
+			w.c.Hooks.Listed(child)
 		}
 		switch {
 		case l.st.Dev != w.dev:
@@ -146,7 +153,7 @@ func (w *treeCopy) copyDir(src, dst int, rel string, depth int) error {
 			continue // FIFO, socket or device: not copied
 		}
 		if errors.Is(err, errChanged) {
-			w.made.changed++
+			w.made.Changed++
 			continue
 		}
 		if err != nil {
@@ -171,8 +178,8 @@ func (w *treeCopy) copySubdir(src, dst int, l listed, rel string, depth int) err
 		return fmt.Errorf("open copy directory: %w", err)
 	}
 	defer func() { _ = unix.Close(fd) }()
-	w.made.manifest.Entries++
-	w.made.dirs = append(w.made.dirs, rel)
+	w.made.Manifest.Entries++
+	w.made.Dirs = append(w.made.Dirs, rel)
 	if err := w.copyDir(int(in.Fd()), fd, rel, depth+1); err != nil {
 		return err
 	}
@@ -188,8 +195,8 @@ func (w *treeCopy) copyRegular(src, dst int, l listed, rel string) error {
 		if err := unix.Linkat(w.root, first.rel, dst, l.name, 0); err != nil {
 			return fmt.Errorf("link copy to %s: %w", first.rel, err)
 		}
-		w.made.manifest.Entries++
-		w.made.manifest.Bytes += first.size
+		w.made.Manifest.Entries++
+		w.made.Manifest.Bytes += first.size
 		return nil
 	}
 	in, st, err := openListedFile(src, l, unix.O_RDONLY)
@@ -204,8 +211,8 @@ func (w *treeCopy) copyRegular(src, dst int, l listed, rel string) error {
 	if st.Nlink > 1 {
 		w.links[key] = linkedCopy{rel: rel, size: size}
 	}
-	w.made.manifest.Entries++
-	w.made.manifest.Bytes += size
+	w.made.Manifest.Entries++
+	w.made.Manifest.Bytes += size
 	return nil
 }
 
@@ -222,47 +229,13 @@ func (w *treeCopy) copySymlink(src, dst int, l listed) error {
 	if err := unix.Symlinkat(string(buf[:n]), dst, l.name); err != nil {
 		return fmt.Errorf("create copy symlink: %w", err)
 	}
-	w.made.manifest.Entries++
+	w.made.Manifest.Entries++
 	return keepLinkAttrs(dst, l.name, &l.st)
 }
 
-// flushTree makes a copy renamed into place at root durable: it flushes
-// the copy's directories and, concurrently, the directory holding root.
-// Regular files were flushed by the copy.
-func flushTree(root string, c copied) error {
-	var parentErr error
-	var wg sync.WaitGroup
-	wg.Go(func() { parentErr = state.SyncDir(filepath.Dir(root)) })
-	err := flushDirs(root, c.dirs)
-	wg.Wait()
-	return errors.Join(err, parentErr)
-}
-
-// flushDirs flushes the directories dirs, relative to root.
-func flushDirs(root string, dirs []string) error {
-	var errs []error
-	for _, d := range dirs {
-		errs = append(errs, fsyncPath(filepath.Join(root, d)))
-	}
-	return errors.Join(errs...)
-}
-
-// fsyncPath opens a file or directory and flushes it.
-func fsyncPath(path string) error {
-	f, err := os.Open(path)
-	if err != nil {
-		return fmt.Errorf("open for sync: %w", err)
-	}
-	defer f.Close()
-	if err := f.Sync(); err != nil {
-		return fmt.Errorf("sync %s: %w", filepath.Base(path), err)
-	}
-	return nil
-}
-
-// manifestOf summarises the data at path as copyPath does: every
+// ManifestOf summarises the data at path as CopyPath does: every
 // directory, symlink and regular file name, and the regular files' sizes.
-func manifestOf(path string) (state.Manifest, error) {
+func ManifestOf(path string) (state.Manifest, error) {
 	var m state.Manifest
 	err := filepath.WalkDir(path, func(_ string, d fs.DirEntry, err error) error {
 		if err != nil {
@@ -287,7 +260,7 @@ func manifestOf(path string) (state.Manifest, error) {
 // copyFile copies the open regular file in (fstat st) to the new file
 // name in directory dirfd, keeping its size and holes and its owner, mode
 // and times, and returns the copy's size.
-func (c copier) copyFile(dirfd int, name string, in *os.File, st *unix.Stat_t) (size int64, err error) {
+func (c Copier) copyFile(dirfd int, name string, in *os.File, st *unix.Stat_t) (size int64, err error) {
 	fd, err := unix.Openat(dirfd, name, unix.O_WRONLY|unix.O_CREAT|unix.O_EXCL|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0o600)
 	if err != nil {
 		return 0, &os.PathError{Op: "create copy target", Path: name, Err: err}
@@ -298,7 +271,7 @@ func (c copier) copyFile(dirfd int, name string, in *os.File, st *unix.Stat_t) (
 			err = fmt.Errorf("close copy target: %w", cerr)
 		}
 	}()
-	if c.noReflink || unix.IoctlFileClone(int(out.Fd()), int(in.Fd())) != nil {
+	if c.NoReflink || unix.IoctlFileClone(int(out.Fd()), int(in.Fd())) != nil {
 		if err := c.copyContent(out, in); err != nil {
 			return 0, err
 		}
@@ -314,7 +287,7 @@ func (c copier) copyFile(dirfd int, name string, in *os.File, st *unix.Stat_t) (
 }
 
 // copyContent copies the data of in, as long as in is now, to out.
-func (c copier) copyContent(out, in *os.File) error {
+func (c Copier) copyContent(out, in *os.File) error {
 	size, err := in.Seek(0, io.SeekEnd)
 	if err != nil {
 		return fmt.Errorf("size copy source: %w", err)
@@ -329,12 +302,12 @@ func (c copier) copyContent(out, in *os.File) error {
 }
 
 // copyData copies the data of in (size bytes) to out, a new file.
-func (c copier) copyData(out *os.File, in *os.File, size int64) error {
-	if !c.holesKnown {
-		return copySparse(out, in, size, c.sync)
+func (c Copier) copyData(out *os.File, in *os.File, size int64) error {
+	if !c.HolesKnown {
+		return copySparse(out, in, size, c.Sync)
 	}
-	if !c.direct {
-		return copyExtents(out, in, size, c.sync)
+	if !c.Direct {
+		return copyExtents(out, in, size, c.Sync)
 	}
 	err := copyExtentsDirect(out, in, size)
 	if !errors.Is(err, errDirectUnsupported) {
@@ -343,16 +316,16 @@ func (c copier) copyData(out *os.File, in *os.File, size int64) error {
 	if err := out.Truncate(0); err != nil {
 		return fmt.Errorf("clear copy target: %w", err)
 	}
-	return copyExtents(out, in, size, c.sync)
+	return copyExtents(out, in, size, c.Sync)
 }
 
 // finish gives the copy out, name in dirfd, the owner, mode and times of
 // its source (st) and, with sync, flushes it.
-func (c copier) finish(out *os.File, dirfd int, name string, st *unix.Stat_t) error {
+func (c Copier) finish(out *os.File, dirfd int, name string, st *unix.Stat_t) error {
 	if err := keepFileAttrs(out, dirfd, name, st); err != nil {
 		return err
 	}
-	if !c.sync {
+	if !c.Sync {
 		return nil
 	}
 	if err := out.Sync(); err != nil {
@@ -371,7 +344,7 @@ func (c copier) finish(out *os.File, dirfd int, name string, st *unix.Stat_t) er
 // than copying it.
 func copySparse(out, in *os.File, size int64, writeback bool) error {
 	buf := make([]byte, min(copyChunk, size))
-	return forEachExtent(in, 0, size, func(start, end int64) error {
+	return ForEachExtent(in, 0, size, func(start, end int64) error {
 		for off := start; off < end; {
 			n := min(int64(copyChunk), end-off)
 			if _, err := in.ReadAt(buf[:n], off); err != nil && !errors.Is(err, io.EOF) {
@@ -395,7 +368,7 @@ func copySparse(out, in *os.File, size int64, writeback bool) error {
 // without looking at the data, in copyChunk pieces when writeback is asked
 // for (see copySparse) and in one copy_file_range per extent otherwise.
 func copyExtents(out, in *os.File, size int64, writeback bool) error {
-	return forEachExtent(in, 0, size, func(start, end int64) error {
+	return ForEachExtent(in, 0, size, func(start, end int64) error {
 		if !writeback {
 			return copyRange(out, in, start, end-start)
 		}
@@ -451,10 +424,10 @@ func copyRange(out, in *os.File, off, n int64) error {
 	return nil
 }
 
-// forEachExtent calls fn for every data range [start, end) of f between from
+// ForEachExtent calls fn for every data range [start, end) of f between from
 // and size, found with SEEK_DATA/SEEK_HOLE. Filesystems without hole
 // reporting yield one range covering everything.
-func forEachExtent(f *os.File, from, size int64, fn func(start, end int64) error) error {
+func ForEachExtent(f *os.File, from, size int64, fn func(start, end int64) error) error {
 	fd := int(f.Fd())
 	for off := from; off < size; {
 		start, err := unix.Seek(fd, off, unix.SEEK_DATA)

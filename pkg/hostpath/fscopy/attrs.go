@@ -1,10 +1,10 @@
-package hostpath
+//go:build linux
+
+package fscopy
 
 import (
 	"fmt"
-	"io/fs"
 	"os"
-	"syscall"
 
 	"golang.org/x/sys/unix"
 )
@@ -15,20 +15,8 @@ import (
 // times. A database restored from a snapshot finds its files as it left
 // them, not owned by root.
 
-// canChown says whether copies keep owners: only root may give files away.
-var canChown = os.Geteuid() == 0
-
-// modeBits are the bits chmod sets.
-const modeBits = fs.ModePerm | fs.ModeSetuid | fs.ModeSetgid | fs.ModeSticky
-
-// statOf returns the system's view of info, which carries owner and times.
-func statOf(info fs.FileInfo) (*syscall.Stat_t, error) {
-	st, ok := info.Sys().(*syscall.Stat_t)
-	if !ok {
-		return nil, fmt.Errorf("no owner and times for %s", info.Name())
-	}
-	return st, nil
-}
+// CanChown says whether copies keep owners: only root may give files away.
+var CanChown = os.Geteuid() == 0
 
 // timesOfStat is the access and modification time of st, for utimensat.
 func timesOfStat(st *unix.Stat_t) []unix.Timespec {
@@ -45,7 +33,7 @@ func keepFileAttrs(f *os.File, dirfd int, name string, st *unix.Stat_t) error {
 // keepAttrs gives the copy open as fd, name in dirfd, the owner, mode and
 // times of st. A directory's times are set once its entries exist.
 func keepAttrs(fd, dirfd int, name string, st *unix.Stat_t) error {
-	if canChown {
+	if CanChown {
 		if err := unix.Fchown(fd, int(st.Uid), int(st.Gid)); err != nil {
 			return fmt.Errorf("keep owner: %w", err)
 		}
@@ -63,7 +51,7 @@ func keepAttrs(fd, dirfd int, name string, st *unix.Stat_t) error {
 // keepLinkAttrs gives the new symlink name in dirfd the owner and times of
 // st (a symlink's mode means nothing on Linux).
 func keepLinkAttrs(dirfd int, name string, st *unix.Stat_t) error {
-	if canChown {
+	if CanChown {
 		if err := unix.Fchownat(dirfd, name, int(st.Uid), int(st.Gid), unix.AT_SYMLINK_NOFOLLOW); err != nil {
 			return fmt.Errorf("keep owner: %w", err)
 		}

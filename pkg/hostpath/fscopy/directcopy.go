@@ -1,4 +1,6 @@
-package hostpath
+//go:build linux
+
+package fscopy
 
 import (
 	"errors"
@@ -37,7 +39,7 @@ const (
 	// directDepth is the number of direct writes in flight.
 	directDepth = 8
 	// directAlign is the alignment direct writes keep; ranges that do not
-	// fill whole aligned blocks are copied through the page cache.
+	// fill whole aligned blocks are Copied through the page cache.
 	directAlign = 4096
 )
 
@@ -61,7 +63,7 @@ var openDirect = func(out *os.File) (*os.File, error) {
 // page cache.
 func copyExtentsDirect(out *os.File, in *os.File, size int64) error {
 	var pieces [][2]int64
-	err := forEachExtent(in, 0, size, func(start, end int64) error {
+	err := ForEachExtent(in, 0, size, func(start, end int64) error {
 		alignedStart := (start + directAlign - 1) / directAlign * directAlign
 		alignedEnd := end / directAlign * directAlign
 		if alignedStart >= alignedEnd {
