@@ -109,11 +109,12 @@ func (s *controllerServer) CreateVolume(ctx context.Context, req *csi.CreateVolu
 		ID: spec.id, Name: spec.name, CapacityBytes: spec.size, AccessType: spec.accessType,
 		Topology: s.d.topology(), SourceSnapshotID: spec.sourceSnap, SourceVolumeID: spec.sourceVol,
 		Parameters: req.GetParameters(), MutableParameters: req.GetMutableParameters(),
-		SingleWriter: spec.singleWriter, CreatedAt: s.d.now().UTC(),
+		SingleWriter: spec.singleWriter, CreatedAt: s.d.now().UTC(), Image: s.d.imageBacked(spec.accessType),
 	}
 	// An empty snapshot has no data to copy, so a volume restored from it
-	// is flushed at once, like a new one, and needs no pending marker.
-	if source.path != "" && spec.sourceSnap != "" && s.d.opts.Sync && s.d.opts.BackgroundRestoreSync {
+	// is flushed at once, like a new one, and needs no pending marker. An
+	// image is filled and flushed before it is mounted in place.
+	if source.path != "" && spec.sourceSnap != "" && s.d.opts.Sync && s.d.opts.BackgroundRestoreSync && !v.Image {
 		err = s.d.restoreInBackground(v, source)
 	} else {
 		err = s.d.createVolumeData(v, source)
@@ -132,11 +133,18 @@ func (d *Driver) createVolumeData(v state.Volume, source volumeData) error {
 	if v.SourceSnapshotID != "" {
 		c = copier{sync: d.opts.Sync, holesKnown: true, direct: true}
 	}
-	if err := d.buildVolume(c, v.ID, v.AccessType, v.CapacityBytes, source); err != nil {
+	build := func() error { return d.buildVolume(c, v.ID, v.AccessType, v.CapacityBytes, source) }
+	if v.Image {
+		build = func() error { return d.buildImageVolume(c, v, source) }
+	}
+	if err := build(); err != nil {
 		return err
 	}
 	if err := d.volumes.Put(v.ID, v); err != nil {
-		_ = removeData(d.volumePath(v.ID))
+		if v.Image {
+			_ = d.unmountImage(v.ID)
+		}
+		_ = d.removeVolumeData(v)
 		return storeErr("record volume", err)
 	}
 	return nil
@@ -175,6 +183,13 @@ func (s *controllerServer) parseCreateVolume(req *csi.CreateVolumeRequest) (volu
 		}
 	}
 	spec.size, spec.limit, err = s.d.volumeSize(req.GetCapacityRange())
+	if err == nil && s.d.imageBacked(accessType) && spec.size < minImageSize {
+		// A filesystem needs room for its journal and metadata.
+		if spec.limit > 0 && spec.limit < minImageSize {
+			return spec, status.Errorf(codes.OutOfRange, "limit_bytes %d is below %d bytes, the smallest filesystem volume", spec.limit, minImageSize)
+		}
+		spec.size = minImageSize
+	}
 	return spec, err
 }
 
@@ -311,13 +326,20 @@ func (s *controllerServer) DeleteVolume(ctx context.Context, req *csi.DeleteVolu
 	if len(v.Attachments) > 0 || len(v.Published) > 0 || v.Staged != "" {
 		return nil, status.Errorf(codes.FailedPrecondition, "volume %s is still attached, staged or published", id)
 	}
+	if v.Image {
+		// Before the record goes: a start-up after a crash here mounts
+		// the volume again.
+		if err := s.d.unmountImage(id); err != nil {
+			return nil, err
+		}
+	}
 	if err := s.d.volumes.Delete(id); err != nil {
 		return nil, storeErr("delete volume record", err)
 	}
 	if err := s.d.restores.forget(id); err != nil {
 		return nil, storeErr("delete restore marker", err)
 	}
-	if err := removeData(s.d.volumePath(id)); err != nil {
+	if err := s.d.removeVolumeData(v); err != nil {
 		return nil, err
 	}
 	klog.FromContext(ctx).V(2).Info("Deleted volume", "volumeID", id)
@@ -439,7 +461,9 @@ func (s *controllerServer) GetCapacity(_ context.Context, req *csi.GetCapacityRe
 	}, nil
 }
 
-// ControllerExpandVolume grows a volume; block volumes get a larger file.
+// ControllerExpandVolume grows a volume: block volumes get a larger file,
+// image volumes a larger image and filesystem (grown online; where the
+// kernel would refuse, FailedPrecondition before anything changes).
 func (s *controllerServer) ControllerExpandVolume(ctx context.Context, req *csi.ControllerExpandVolumeRequest) (*csi.ControllerExpandVolumeResponse, error) {
 	id := req.GetVolumeId()
 	if err := checkID("volume_id", id); err != nil {
@@ -460,15 +484,18 @@ func (s *controllerServer) ControllerExpandVolume(ctx context.Context, req *csi.
 	if size <= v.CapacityBytes {
 		return &csi.ControllerExpandVolumeResponse{CapacityBytes: v.CapacityBytes}, nil
 	}
+	if v.Image {
+		if err := s.d.canGrowImage(v); err != nil {
+			return nil, err
+		}
+	}
 	unreserve, err := s.d.reserve(volumeKey(id), size, id)
 	if err != nil {
 		return nil, err
 	}
 	defer unreserve()
-	if v.AccessType == state.AccessBlock {
-		if err := resizeFile(s.d.volumePath(id), size, s.d.opts.Sync); err != nil {
-			return nil, status.Errorf(codes.Internal, "grow volume: %v", err)
-		}
+	if err := s.d.growVolume(v, size); err != nil {
+		return nil, err
 	}
 	v.CapacityBytes = size
 	if err := s.d.volumes.Put(id, v); err != nil {
@@ -476,6 +503,22 @@ func (s *controllerServer) ControllerExpandVolume(ctx context.Context, req *csi.
 	}
 	klog.FromContext(ctx).V(2).Info("Expanded volume", "volumeID", id, "bytes", size)
 	return &csi.ControllerExpandVolumeResponse{CapacityBytes: size}, nil
+}
+
+// growVolume grows a block volume's file or an image volume's image and
+// filesystem to size bytes; a folder volume has no size to change.
+func (d *Driver) growVolume(v state.Volume, size int64) error {
+	var err error
+	switch {
+	case v.AccessType == state.AccessBlock:
+		err = resizeFile(d.volumePath(v.ID), size, d.opts.Sync)
+	case v.Image:
+		err = growImage(d.imagePath(v.ID), d.volumePath(v.ID), size, d.opts.Sync)
+	}
+	if err != nil {
+		return status.Errorf(codes.Internal, "grow volume: %v", err)
+	}
+	return nil
 }
 
 // ControllerGetVolume returns a volume and the nodes it is attached to.

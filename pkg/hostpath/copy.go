@@ -440,6 +440,9 @@ func copyRange(out, in *os.File, off, n int64) error {
 		if errors.Is(err, unix.EINTR) {
 			continue
 		}
+		if errors.Is(err, unix.EXDEV) {
+			return copyAcross(out, in, src, n)
+		}
 		if err != nil {
 			return fmt.Errorf("copy_file_range: %w", err)
 		}

@@ -93,6 +93,11 @@ type Driver struct {
 	// operations whose records are not written yet.
 	capMu    sync.Mutex
 	reserved map[string]int64
+
+	// imgMu guards mountedImages: the image volumes the driver has
+	// mounted at their paths (volimage.go).
+	imgMu         sync.Mutex
+	mountedImages map[string]bool
 }
 
 // Run starts the driver with opts and serves until ctx is cancelled.
@@ -189,6 +194,8 @@ func New(ctx context.Context, opts Options) (*Driver, error) {
 		now:      time.Now,
 		reserved: map[string]int64{},
 		quiesce:  newQuiescer(opts),
+
+		mountedImages: map[string]bool{},
 	}
 	// First of all, whatever fails later: pods a killed driver left
 	// frozen must run again.
@@ -199,7 +206,12 @@ func New(ctx context.Context, opts Options) (*Driver, error) {
 		klog.FromContext(ctx).Info("Group snapshots are not quiesced: freezing the pods that use volumes needs root")
 		d.quiesce.enabled = false
 	}
-	for _, dir := range []string{volumesDir(opts.DataDir), snapshotsDir(opts.DataDir)} {
+	if opts.VolumeBacking == BackingImage {
+		if err := checkLoopSupport(); err != nil {
+			return nil, fmt.Errorf("--volume-backing=%s cannot work here: %w", BackingImage, err)
+		}
+	}
+	for _, dir := range []string{volumesDir(opts.DataDir), snapshotsDir(opts.DataDir), imagesDir(opts.DataDir)} {
 		if err := os.MkdirAll(dir, 0o750); err != nil {
 			return nil, fmt.Errorf("create data dir: %w", err)
 		}
@@ -228,6 +240,7 @@ func (d *Driver) open(ctx context.Context) error {
 	if err := d.recover(ctx); err != nil {
 		return fmt.Errorf("recover state: %w", err)
 	}
+	d.mountImages(klog.FromContext(ctx))
 	return nil
 }
 
@@ -242,8 +255,9 @@ func (d *Driver) Close() error {
 	if d.restores != nil {
 		d.restores.drain()
 	}
+	err = d.unmountImagesAtClose()
 	if d.log != nil {
-		err = d.log.Close()
+		err = errors.Join(err, d.log.Close())
 	}
 	return errors.Join(err, d.dataLock.release())
 }
@@ -380,7 +394,13 @@ func (d *Driver) recover(ctx context.Context) error {
 		return nil
 	}
 	cleanupHalted.Set(0)
+	if err := d.unmountStrays(logger); err != nil {
+		return err
+	}
 	if err := d.quarantineOrphans(logger, snapshotsDir(d.opts.DataDir), kindSnapshot, d.hasSnapshotData); err != nil {
+		return err
+	}
+	if err := d.quarantineOrphans(logger, imagesDir(d.opts.DataDir), kindVolume, d.hasImage); err != nil {
 		return err
 	}
 	return d.quarantineOrphans(logger, volumesDir(d.opts.DataDir), kindVolume, func(id string) bool {

@@ -1,0 +1,345 @@
+//go:build linux
+
+package hostpath
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/container-storage-interface/spec/lib/go/csi"
+	"golang.org/x/sys/unix"
+	"google.golang.org/grpc/codes"
+)
+
+// newImageEnv starts a driver whose filesystem volumes are images, or
+// skips the test where loop devices cannot be used. Whatever the test
+// leaves mounted or attached below its folder is detached when it ends, and
+// fails it: the driver must not leave any.
+func newImageEnv(t *testing.T, opts ...func(*Options)) *testEnv {
+	t.Helper()
+	if err := checkLoopSupport(); err != nil {
+		t.Skipf("image volumes cannot be tested here: %v", err)
+	}
+	dir := t.TempDir()
+	t.Cleanup(func() { checkNothingLeft(t, dir) })
+	o := testOptions(dir)
+	o.VolumeBacking = BackingImage
+	for _, f := range opts {
+		f(&o)
+	}
+	e := &testEnv{dir: dir}
+	e.start(t, o)
+	return e
+}
+
+// checkNothingLeft fails the test for every mount and loop device left
+// below dir, and removes them.
+func checkNothingLeft(t *testing.T, dir string) {
+	t.Helper()
+	mounts, err := readMountInfo("/proc/self/mountinfo")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := len(mounts) - 1; i >= 0; i-- {
+		if p := mounts[i].MountPoint; pathWithin(p, dir) {
+			t.Errorf("%s is still mounted", p)
+			_ = unix.Unmount(p, unix.MNT_DETACH)
+		}
+	}
+	for _, dev := range loopsBelow(t, dir) {
+		t.Errorf("%s is still attached to an image below the test's folder", dev)
+		if f, err := os.OpenFile(dev, os.O_RDWR, 0); err == nil {
+			_ = unix.IoctlSetInt(int(f.Fd()), unix.LOOP_CLR_FD, 0)
+			_ = f.Close()
+		}
+	}
+}
+
+// loopsBelow lists the loop devices backed by files below dir, from sysfs.
+func loopsBelow(t *testing.T, dir string) []string {
+	t.Helper()
+	paths, _ := filepath.Glob("/sys/block/loop*/loop/backing_file")
+	var out []string
+	for _, p := range paths {
+		b, err := os.ReadFile(p)
+		if err == nil && strings.HasPrefix(strings.TrimSpace(string(b)), dir+"/") {
+			out = append(out, "/dev/"+filepath.Base(filepath.Dir(filepath.Dir(p))))
+		}
+	}
+	return out
+}
+
+// publish publishes a filesystem volume at a target below the env's folder
+// and returns the target; it is unpublished when the test ends.
+func (e *testEnv) publish(t *testing.T, volID, name string) string {
+	t.Helper()
+	target := filepath.Join(e.dir, "pods", name)
+	_, err := e.node.NodePublishVolume(context.Background(), &csi.NodePublishVolumeRequest{
+		VolumeId: volID, TargetPath: target, VolumeCapability: mountCap(),
+	})
+	if err != nil {
+		t.Fatalf("NodePublishVolume: %v", err)
+	}
+	t.Cleanup(func() {
+		// Unpublished by the test already, or by the driver if it still
+		// serves; or else directly.
+		_, _ = e.node.NodeUnpublishVolume(context.Background(), &csi.NodeUnpublishVolumeRequest{VolumeId: volID, TargetPath: target})
+		_ = unmountAll(target)
+	})
+	return target
+}
+
+func (e *testEnv) unpublish(t *testing.T, volID, target string) {
+	t.Helper()
+	_, err := e.node.NodeUnpublishVolume(context.Background(), &csi.NodeUnpublishVolumeRequest{VolumeId: volID, TargetPath: target})
+	if err != nil {
+		t.Errorf("NodeUnpublishVolume: %v", err)
+	}
+}
+
+func (e *testEnv) deleteVolume(t *testing.T, volID string) {
+	t.Helper()
+	if _, err := e.ctrl.DeleteVolume(context.Background(), &csi.DeleteVolumeRequest{VolumeId: volID}); err != nil {
+		t.Fatalf("DeleteVolume: %v", err)
+	}
+}
+
+// writeUntilFull writes n bytes to path in 1 MiB steps, flushed, and
+// returns how many it wrote and the error that stopped it.
+func writeUntilFull(path string, n int64) (int64, error) {
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o644)
+	if err != nil {
+		return 0, err
+	}
+	defer f.Close()
+	block := bytes.Repeat([]byte{0x5a}, 1<<20)
+	written := int64(0)
+	for written < n {
+		m, err := f.Write(block[:min(int64(len(block)), n-written)])
+		written += int64(m)
+		if err != nil {
+			return written, err
+		}
+	}
+	return written, f.Sync()
+}
+
+func allocatedBytes(t *testing.T, path string) int64 {
+	t.Helper()
+	var st unix.Stat_t
+	if err := unix.Stat(path, &st); err != nil {
+		t.Fatal(err)
+	}
+	return st.Blocks * 512
+}
+
+func TestImageVolumeCannotOutgrowItsSize(t *testing.T) {
+	e := newImageEnv(t)
+	const size = 32 << 20
+	full := e.createVolume(t, "pvc-full", size, mountCap()).GetVolumeId()
+	other := e.createVolume(t, "pvc-other", size, mountCap()).GetVolumeId()
+	fullTarget, otherTarget := e.publish(t, full, "full"), e.publish(t, other, "other")
+
+	var before unix.Statfs_t
+	if err := unix.Statfs(e.d.opts.DataDir, &before); err != nil {
+		t.Fatal(err)
+	}
+	written, err := writeUntilFull(filepath.Join(fullTarget, "fill"), size+1<<20)
+	if !errors.Is(err, unix.ENOSPC) {
+		t.Fatalf("writing %d bytes into a %d-byte volume: wrote %d, error %v; want ENOSPC", size+1<<20, size, written, err)
+	}
+	t.Logf("a %d-byte volume took %d bytes before ENOSPC", size, written)
+	if got := allocatedBytes(t, e.d.imagePath(full)); got > size {
+		t.Errorf("the full volume's image takes %d bytes of the node's disk, more than its %d", got, size)
+	}
+	var after unix.Statfs_t
+	if err := unix.Statfs(e.d.opts.DataDir, &after); err != nil {
+		t.Fatal(err)
+	}
+	if used := (int64(before.Bfree) - int64(after.Bfree)) * before.Bsize; used > size {
+		t.Errorf("the node's disk lost %d bytes to a %d-byte volume", used, size)
+	}
+
+	// The other volume is untouched and still takes writes.
+	if n, err := writeUntilFull(filepath.Join(otherTarget, "data"), 4<<20); err != nil {
+		t.Fatalf("writing into the other volume after the first filled up: wrote %d, %v", n, err)
+	}
+	stats, err := e.node.NodeGetVolumeStats(context.Background(), &csi.NodeGetVolumeStatsRequest{VolumeId: full, VolumePath: fullTarget})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if u := stats.GetUsage()[0]; u.GetAvailable() >= 1<<20 || u.GetTotal() > size || u.GetUsed() < size/2 {
+		t.Errorf("stats of the full volume: %v; want less than 1 MiB available, at most %d in total", u, size)
+	}
+	e.unpublish(t, full, fullTarget)
+	e.unpublish(t, other, otherTarget)
+	e.deleteVolume(t, full)
+	e.deleteVolume(t, other)
+	for _, path := range []string{e.d.imagePath(full), e.d.volumePath(full)} {
+		if _, err := os.Lstat(path); !errors.Is(err, os.ErrNotExist) {
+			t.Errorf("%s is still there after DeleteVolume (%v)", path, err)
+		}
+	}
+	if left := loopsBelow(t, e.dir); len(left) > 0 {
+		t.Errorf("loop devices still attached after DeleteVolume: %v", left)
+	}
+}
+
+func TestImageVolumeKeepsDataAcrossRestart(t *testing.T) {
+	e := newImageEnv(t)
+	idle := e.createVolume(t, "pvc-idle", 32<<20, mountCap()).GetVolumeId()
+	busy := e.createVolume(t, "pvc-busy", 32<<20, mountCap()).GetVolumeId()
+	if err := os.WriteFile(filepath.Join(e.d.volumePath(idle), "kept"), []byte("idle data"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	// A pod's mount outlives the driver's: the restarted driver must
+	// mount the same loop device again, never attach a second one to the
+	// image (two filesystems over the same blocks).
+	target := e.publish(t, busy, "busy")
+	if err := os.WriteFile(filepath.Join(target, "kept"), []byte("busy data"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	loopsBefore := loopsBelow(t, e.dir)
+	d := e.restart(t)
+	if got := loopsBelow(t, e.dir); len(got) != len(loopsBefore) {
+		t.Fatalf("loop devices after restart %v, before %v: an image was attached twice", got, loopsBefore)
+	}
+	for id, want := range map[string]string{idle: "idle data", busy: "busy data"} {
+		got, err := os.ReadFile(filepath.Join(d.volumePath(id), "kept"))
+		if err != nil || string(got) != want {
+			t.Errorf("volume %s after restart: %q, %v; want %q", id, got, err, want)
+		}
+	}
+	// Writes through the pod's mount and the driver's land in one
+	// filesystem.
+	if err := os.WriteFile(filepath.Join(target, "later"), []byte("x"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(filepath.Join(d.volumePath(busy), "later")); err != nil {
+		t.Errorf("a write through the pod's mount is not seen at the driver's: %v", err)
+	}
+	e.unpublish(t, busy, target)
+}
+
+func TestImageVolumeSnapshotRestoreAndClone(t *testing.T) {
+	e := newImageEnv(t, func(o *Options) { o.Sync = true })
+	src := e.createVolume(t, "pvc-src", 32<<20, mountCap()).GetVolumeId()
+	empty := e.createSnapshot(t, "snap-empty", src)
+	if s, _ := e.d.snapshots.Get(empty.GetSnapshotId()); !s.Empty {
+		t.Errorf("a snapshot of a new image volume holds data (lost+found?)")
+	}
+	root := e.d.volumePath(src)
+	mustDo(t, os.MkdirAll(filepath.Join(root, "dir/sub"), 0o750))
+	mustDo(t, os.WriteFile(filepath.Join(root, "dir/sub/file"), randomBytes(t, 3<<20), 0o640))
+	mustDo(t, os.Link(filepath.Join(root, "dir/sub/file"), filepath.Join(root, "hardlink")))
+	mustDo(t, os.Symlink("dir/sub/file", filepath.Join(root, "symlink")))
+	mustDo(t, os.WriteFile(filepath.Join(root, tempPrefix+"copy"), []byte("named like the copy's folder"), 0o600))
+	mustDo(t, os.Chmod(root, 0o1770))
+	want := treeAttrs(t, root)
+	snap := e.createSnapshot(t, "snap-1", src)
+
+	restored := e.createVolumeFrom(t, "pvc-restored", &csi.VolumeContentSource{Type: &csi.VolumeContentSource_Snapshot{
+		Snapshot: &csi.VolumeContentSource_SnapshotSource{SnapshotId: snap.GetSnapshotId()}}})
+	clone := e.createVolumeFrom(t, "pvc-clone", &csi.VolumeContentSource{Type: &csi.VolumeContentSource_Volume{
+		Volume: &csi.VolumeContentSource_VolumeSource{VolumeId: src}}})
+	fromEmpty := e.createVolumeFrom(t, "pvc-from-empty", &csi.VolumeContentSource{Type: &csi.VolumeContentSource_Snapshot{
+		Snapshot: &csi.VolumeContentSource_SnapshotSource{SnapshotId: empty.GetSnapshotId()}}})
+	for name, id := range map[string]string{"restored": restored, "clone": clone} {
+		v, _ := e.d.volumes.Get(id)
+		if !v.Image {
+			t.Errorf("%s volume is not an image volume", name)
+		}
+		sameAttrs(t, name, treeAttrs(t, e.d.volumePath(id)), want)
+		if treeSum(t, e.d.volumePath(id)) != treeSum(t, root) {
+			t.Errorf("%s volume's data differs from its source's", name)
+		}
+	}
+	if entries, err := os.ReadDir(e.d.volumePath(fromEmpty)); err != nil || len(entries) != 0 {
+		t.Errorf("volume restored from an empty snapshot holds %v (%v)", entries, err)
+	}
+	for _, id := range []string{restored, clone, fromEmpty, src} {
+		e.deleteVolume(t, id)
+	}
+}
+
+// createVolumeFrom creates a 32 MiB filesystem volume from source.
+func (e *testEnv) createVolumeFrom(t *testing.T, name string, source *csi.VolumeContentSource) string {
+	t.Helper()
+	resp, err := e.ctrl.CreateVolume(context.Background(), &csi.CreateVolumeRequest{
+		Name: name, CapacityRange: &csi.CapacityRange{RequiredBytes: 32 << 20},
+		VolumeCapabilities: []*csi.VolumeCapability{mountCap()}, VolumeContentSource: source,
+	})
+	if err != nil {
+		t.Fatalf("CreateVolume %s: %v", name, err)
+	}
+	return resp.GetVolume().GetVolumeId()
+}
+
+func TestImageVolumeExpand(t *testing.T) {
+	e := newImageEnv(t)
+	id := e.createVolume(t, "pvc-grow", 32<<20, mountCap()).GetVolumeId()
+	var before unix.Statfs_t
+	mustDo(t, unix.Statfs(e.d.volumePath(id), &before))
+	_, err := e.ctrl.ControllerExpandVolume(context.Background(), &csi.ControllerExpandVolumeRequest{
+		VolumeId: id, CapacityRange: &csi.CapacityRange{RequiredBytes: 64 << 20},
+	})
+	v, _ := e.d.volumes.Get(id)
+	fi, statErr := os.Stat(e.d.imagePath(id))
+	mustDo(t, statErr)
+	if !canGrowFilesystems() {
+		// As here: the kernel grows ext4 only for CAP_SYS_RESOURCE.
+		wantCode(t, err, codes.FailedPrecondition)
+		if v.CapacityBytes != 32<<20 || fi.Size() != 32<<20 {
+			t.Errorf("a refused expansion changed the volume: recorded %d bytes, image %d", v.CapacityBytes, fi.Size())
+		}
+		e.deleteVolume(t, id)
+		return
+	}
+	if err != nil {
+		t.Fatalf("ControllerExpandVolume: %v", err)
+	}
+	var after unix.Statfs_t
+	mustDo(t, unix.Statfs(e.d.volumePath(id), &after))
+	if v.CapacityBytes != 64<<20 || fi.Size() != 64<<20 || after.Blocks <= before.Blocks {
+		t.Errorf("after expansion: recorded %d bytes, image %d, filesystem %d blocks (before %d)", v.CapacityBytes, fi.Size(), after.Blocks, before.Blocks)
+	}
+	e.deleteVolume(t, id)
+}
+
+func TestImageVolumeSizes(t *testing.T) {
+	e := newImageEnv(t)
+	// Too small for a filesystem: rounded up, unless the limit forbids.
+	small := e.createVolume(t, "pvc-small", 1<<20, mountCap())
+	if small.GetCapacityBytes() != minImageSize {
+		t.Errorf("a 1 MiB filesystem volume got %d bytes, want %d", small.GetCapacityBytes(), minImageSize)
+	}
+	_, err := e.ctrl.CreateVolume(context.Background(), &csi.CreateVolumeRequest{
+		Name: "pvc-tiny", CapacityRange: &csi.CapacityRange{RequiredBytes: 1 << 20, LimitBytes: 2 << 20},
+		VolumeCapabilities: []*csi.VolumeCapability{mountCap()},
+	})
+	wantCode(t, err, codes.OutOfRange)
+	// Block volumes stay files.
+	block := e.createVolume(t, "pvc-block", 1<<20, blockCap()).GetVolumeId()
+	if v, _ := e.d.volumes.Get(block); v.Image {
+		t.Errorf("a block volume got an image")
+	}
+	e.deleteVolume(t, small.GetVolumeId())
+	e.deleteVolume(t, block)
+}
+
+func TestImageBackingNeedsLoopDevices(t *testing.T) {
+	if os.Geteuid() == 0 {
+		t.Skip("runs where loop devices are unavailable: as a user other than root")
+	}
+	o := testOptions(t.TempDir())
+	o.VolumeBacking = BackingImage
+	_, err := New(context.Background(), o)
+	if err == nil || !strings.Contains(err.Error(), "--volume-backing=image") {
+		t.Fatalf("New in image mode without root: %v, want a start-up error naming --volume-backing", err)
+	}
+}
