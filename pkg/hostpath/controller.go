@@ -570,6 +570,11 @@ func (d *Driver) volumeHealth(id string) *csi.VolumeHealth {
 			Status: csi.VolumeHealthErrorType_INACCESSIBLE, Reason: "DataMissing",
 			Message: "the volume's data is missing from the data directory",
 		}}
+	} else if v, ok := d.volumes.Get(id); ok && d.volumeDataReady(v) != nil {
+		h.HealthStatuses = []*csi.VolumeHealth_VolumeHealthEntry{{
+			Status: csi.VolumeHealthErrorType_INACCESSIBLE, Reason: "NotMounted",
+			Message: "the volume's filesystem image could not be mounted (see the driver's log)",
+		}}
 	}
 	return h
 }

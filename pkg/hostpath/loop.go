@@ -28,9 +28,12 @@ import (
 //     volume's last mount, or the death of the process between attaching
 //     and mounting, therefore frees the device; nothing is leaked.
 
+// loopControl is the loop driver's control device; tests may point it
+// elsewhere.
+var loopControl = "/dev/loop-control"
+
 const (
-	loopControl = "/dev/loop-control"
-	loopMajor   = 7
+	loopMajor = 7
 	// loopAttachTries bounds retries when another process takes the free
 	// device between asking for it and configuring it.
 	loopAttachTries = 8

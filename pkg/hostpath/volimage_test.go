@@ -333,13 +333,107 @@ func TestImageVolumeSizes(t *testing.T) {
 }
 
 func TestImageBackingNeedsLoopDevices(t *testing.T) {
-	if os.Geteuid() == 0 {
-		t.Skip("runs where loop devices are unavailable: as a user other than root")
-	}
+	saved := loopControl
+	loopControl = filepath.Join(t.TempDir(), "no-loop-control")
+	t.Cleanup(func() { loopControl = saved })
 	o := testOptions(t.TempDir())
 	o.VolumeBacking = BackingImage
-	_, err := New(context.Background(), o)
-	if err == nil || !strings.Contains(err.Error(), "--volume-backing=image") {
-		t.Fatalf("New in image mode without root: %v, want a start-up error naming --volume-backing", err)
+	d, err := New(context.Background(), o)
+	if err == nil {
+		_ = d.Close()
 	}
+	if err == nil || !strings.Contains(err.Error(), "--volume-backing=image cannot work here") {
+		t.Fatalf("New in image mode without loop devices: %v, want a start-up error naming --volume-backing", err)
+	}
+}
+
+func TestImageVolumeUnmountableIsNeverServed(t *testing.T) {
+	e := newImageEnv(t)
+	id := e.createVolume(t, "pvc-lost", 32<<20, mountCap()).GetVolumeId()
+	mustDo(t, os.WriteFile(filepath.Join(e.d.volumePath(id), "kept"), []byte("data"), 0o644))
+	e.stop()
+	img := e.d.imagePath(id)
+	aside := filepath.Join(e.dir, "aside")
+	mustDo(t, os.Rename(img, aside))
+	e.start(t, e.d.opts)
+	// The mount point is an empty folder of the node's disk, not the
+	// volume: nothing may write or copy it.
+	_, err := e.node.NodePublishVolume(context.Background(), &csi.NodePublishVolumeRequest{
+		VolumeId: id, TargetPath: filepath.Join(e.dir, "pods", "lost"), VolumeCapability: mountCap(),
+	})
+	wantCode(t, err, codes.Unavailable)
+	_, err = e.ctrl.CreateSnapshot(context.Background(), &csi.CreateSnapshotRequest{Name: "snap-lost", SourceVolumeId: id})
+	wantCode(t, err, codes.Unavailable)
+	h, err := e.ctrl.ControllerGetVolumeHealth(context.Background(), &csi.ControllerGetVolumeHealthRequest{VolumeId: id})
+	if err != nil || len(h.GetVolumeHealth().GetHealthStatuses()) == 0 {
+		t.Errorf("health of an unmounted image volume: %v, %v; want a problem", h, err)
+	}
+	e.stop()
+	mustDo(t, os.Rename(aside, img))
+	e.start(t, e.d.opts)
+	if got, err := os.ReadFile(filepath.Join(e.d.volumePath(id), "kept")); err != nil || string(got) != "data" {
+		t.Fatalf("volume after its image came back: %q, %v", got, err)
+	}
+	e.deleteVolume(t, id)
+}
+
+func TestImageVolumeRecoveryAfterCrash(t *testing.T) {
+	e := newImageEnv(t)
+	kept := e.createVolume(t, "pvc-kept", 32<<20, mountCap()).GetVolumeId()
+	e.stop()
+	d := e.d
+	// What a crash leaves: a create cut short while its image was
+	// mounted at the temporary mount point, and one cut short after the
+	// image was in place and mounted, before its record was written.
+	const cut, unrecorded = "vol-cut", "vol-unrecorded"
+	mountNewImage(t, tempPath(d.imagePath(cut)), tempPath(d.volumePath(cut)))
+	mountNewImage(t, d.imagePath(unrecorded), d.volumePath(unrecorded))
+	mustDo(t, os.WriteFile(filepath.Join(d.volumePath(unrecorded), "unaccounted"), []byte("keep me"), 0o644))
+	e.start(t, d.opts)
+	d = e.d
+	for _, p := range []string{tempPath(d.imagePath(cut)), tempPath(d.volumePath(cut)), d.imagePath(unrecorded), d.volumePath(unrecorded)} {
+		if _, err := os.Lstat(p); !errors.Is(err, os.ErrNotExist) {
+			t.Errorf("%s is still there after the restart (%v)", p, err)
+		}
+	}
+	quarantined, _ := filepath.Glob(filepath.Join(d.opts.DataDir, quarantineDirName, "*", "volumes", unrecorded+"*"))
+	if len(quarantined) != 2 {
+		t.Fatalf("quarantined for the unrecorded volume: %v; want its image and its folder", quarantined)
+	}
+	if n := len(loopsBelow(t, e.dir)); n != 1 {
+		t.Errorf("%d loop devices attached after the restart; want 1, the kept volume's", n)
+	}
+	if m, err := mountAt(d.volumePath(kept)); err != nil || m == nil {
+		t.Errorf("the recorded volume is not mounted after the restart (%v)", err)
+	}
+	e.deleteVolume(t, kept)
+	// The quarantined image still holds the data.
+	for _, q := range quarantined {
+		if fi, err := os.Stat(q); err == nil && fi.Mode().IsRegular() {
+			mnt := filepath.Join(e.dir, "inspect")
+			mountNewImage(t, "", mnt, q)
+			if got, err := os.ReadFile(filepath.Join(mnt, "unaccounted")); err != nil || string(got) != "keep me" {
+				t.Errorf("quarantined image lost its data: %q, %v", got, err)
+			}
+			mustDo(t, unmountAll(mnt))
+		}
+	}
+}
+
+// mountNewImage mounts an image at mnt: a new one made at img, or, with
+// img "", the existing one existing[0]. It is unmounted when the test ends
+// if it still is.
+func mountNewImage(t *testing.T, img, mnt string, existing ...string) {
+	t.Helper()
+	if img == "" {
+		img = existing[0]
+	} else {
+		mustDo(t, makeImage(img, 32<<20, false))
+	}
+	mustDo(t, os.MkdirAll(mnt, 0o700))
+	dev, f, err := attachLoop(img)
+	mustDo(t, err)
+	defer f.Close()
+	mustDo(t, unix.Mount(dev.path, mnt, "ext4", 0, ""))
+	t.Cleanup(func() { _ = unmountAll(mnt) })
 }
