@@ -95,7 +95,7 @@ func TestImageVolumesSurviveKills(t *testing.T) {
 		for worker := range 3 {
 			wg.Go(func() { w.work(ctx, t, p.ctrl, dir, fmt.Sprintf("r%d-w%d", round, worker)) })
 		}
-		time.Sleep(time.Duration(50+rng.IntN(400)) * time.Millisecond) // the kill's random point, not a synchronisation
+		time.Sleep(time.Duration(100+rng.IntN(1100)) * time.Millisecond) // the kill's random point, not a synchronisation
 		p.kill(t)
 		cancel()
 		wg.Wait()
@@ -138,7 +138,7 @@ func (w *imageCrashWorld) work(ctx context.Context, t *testing.T, ctrl csi.Contr
 			w.acked[id] = fmt.Sprintf("%x", sha256.Sum256(data))
 			w.mu.Unlock()
 		}
-		if i%3 == 2 {
+		if i%2 == 1 {
 			w.mu.Lock()
 			w.deleting[id] = true
 			w.mu.Unlock()
@@ -214,7 +214,11 @@ func (w *imageCrashWorld) check(t *testing.T, p *driverProcess, dir string) {
 		}
 		mounted++
 	}
-	if loops := loopsBelow(t, dir); len(loops) != mounted {
+	loops := loopsBelow(t, dir)
+	for deadline := time.Now().Add(5 * time.Second); len(loops) != mounted && time.Now().Before(deadline); loops = loopsBelow(t, dir) {
+		time.Sleep(10 * time.Millisecond) // autoclear detaches a device once its last user is gone
+	}
+	if len(loops) != mounted {
 		t.Fatalf("%d loop devices attached to images for %d mounted volumes", len(loops), mounted)
 	}
 }

@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/container-storage-interface/spec/lib/go/csi"
 	"golang.org/x/sys/unix"
@@ -50,6 +51,11 @@ func checkNothingLeft(t *testing.T, dir string) {
 			t.Errorf("%s is still mounted", p)
 			_ = unix.Unmount(p, unix.MNT_DETACH)
 		}
+	}
+	// The kernel detaches an autoclear device once its last user is gone;
+	// give it a moment.
+	for deadline := time.Now().Add(5 * time.Second); len(loopsBelow(t, dir)) > 0 && time.Now().Before(deadline); {
+		time.Sleep(10 * time.Millisecond)
 	}
 	for _, dev := range loopsBelow(t, dir) {
 		t.Errorf("%s is still attached to an image below the test's folder", dev)

@@ -55,6 +55,11 @@ func TestSanity(t *testing.T) {
 	opts.EnableSnapshotMetadata = true
 	// Durability is tested elsewhere; skipping fsync keeps the suite fast.
 	opts.Sync = false
+	// SHUTTER_SANITY_VOLUME_BACKING=image runs the suite on image-backed
+	// filesystem volumes.
+	if b := os.Getenv("SHUTTER_SANITY_VOLUME_BACKING"); b != "" {
+		opts.VolumeBacking = b
+	}
 
 	ctx, cancel := context.WithCancel(klog.NewContext(context.Background(), klog.Background()))
 	drv, err := hostpath.New(ctx, opts)
