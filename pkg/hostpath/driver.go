@@ -1,5 +1,6 @@
 // Package hostpath is Shutter's CSI driver that keeps volumes in a local
-// directory: mount volumes are directories, block volumes sparse files.
+// directory: mount volumes are directories, or ext4 images of their size
+// mounted at such a directory (volimage.go), block volumes sparse files.
 //
 // Invariants:
 //   - Data for an object is built under a ".tmp-" name and renamed into
