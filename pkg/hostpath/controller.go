@@ -462,8 +462,8 @@ func (s *controllerServer) GetCapacity(_ context.Context, req *csi.GetCapacityRe
 }
 
 // ControllerExpandVolume grows a volume: block volumes get a larger file,
-// image volumes a larger image and filesystem (grown online; where the
-// kernel would refuse, FailedPrecondition before anything changes).
+// image volumes a larger image and filesystem (growImageVolume; where that
+// cannot be done, FailedPrecondition before anything changes).
 func (s *controllerServer) ControllerExpandVolume(ctx context.Context, req *csi.ControllerExpandVolumeRequest) (*csi.ControllerExpandVolumeResponse, error) {
 	id := req.GetVolumeId()
 	if err := checkID("volume_id", id); err != nil {
@@ -513,7 +513,10 @@ func (d *Driver) growVolume(v state.Volume, size int64) error {
 	case v.AccessType == state.AccessBlock:
 		err = resizeFile(d.volumePath(v.ID), size, d.opts.Sync)
 	case v.Image:
-		err = growImage(d.imagePath(v.ID), d.volumePath(v.ID), size, d.opts.Sync)
+		err = d.growImageVolume(v, size)
+	}
+	if status.Code(err) != codes.Unknown {
+		return err
 	}
 	if err != nil {
 		return status.Errorf(codes.Internal, "grow volume: %v", err)

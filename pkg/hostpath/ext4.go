@@ -126,7 +126,7 @@ const ext4ResizeFS = 0x40086610
 const capSysResource = 24
 
 // errCannotGrow says the kernel would refuse to grow a filesystem.
-var errCannotGrow = errors.New("growing a filesystem volume needs CAP_SYS_RESOURCE (online ext4 resize), which the driver does not have")
+var errCannotGrow = errors.New("growing a filesystem volume in use needs CAP_SYS_RESOURCE (online ext4 resize), which the driver does not have")
 
 // canGrowFilesystems reports whether this process may grow ext4
 // filesystems online.

@@ -296,10 +296,10 @@ func (d *Driver) mountImage(id string) error {
 
 // unmountImage unmounts image volume id from its path.
 func (d *Driver) unmountImage(id string) error {
-	d.setMounted(id, false)
 	if err := unmountAll(d.volumePath(id)); err != nil {
 		return status.Errorf(codes.Internal, "unmount volume: %v", err)
 	}
+	d.setMounted(id, false)
 	return nil
 }
 
@@ -421,15 +421,58 @@ func (d *Driver) imageVolumeStats(v state.Volume) (*csi.NodeGetVolumeStatsRespon
 }
 
 // canGrowImage fails with FailedPrecondition when image volume v cannot be
-// grown: the kernel grows a mounted ext4 filesystem only for a process with
-// CAP_SYS_RESOURCE, or the volume is not mounted.
+// grown now: it is not mounted, or it is in use (staged or published) and
+// the kernel would refuse to grow it online, which it does for a process
+// without CAP_SYS_RESOURCE.
 func (d *Driver) canGrowImage(v state.Volume) error {
-	if !canGrowFilesystems() {
-		return status.Error(codes.FailedPrecondition, errCannotGrow.Error())
-	}
 	if err := d.volumeDataReady(v); err != nil {
 		return status.Errorf(codes.FailedPrecondition, "volume %s: %v", v.ID, status.Convert(err).Message())
 	}
+	if !canGrowFilesystems() && (v.Staged != "" || len(v.Published) > 0) {
+		return status.Errorf(codes.FailedPrecondition, "volume %s is in use: %v; unpublish it to grow it offline", v.ID, errCannotGrow)
+	}
+	return nil
+}
+
+// growImageVolume grows image volume v to size bytes: online when the
+// kernel lets this process (growImage), else, v being unused (see
+// canGrowImage), by copying its data into a new image of that size, which
+// replaces the old one by a rename. A crash before the rename leaves the
+// old image (the new one, under its temporary name, is deleted at start);
+// after it, the new one, whose size the next expansion records.
+func (d *Driver) growImageVolume(v state.Volume, size int64) error {
+	if canGrowFilesystems() {
+		return growImage(d.imagePath(v.ID), d.volumePath(v.ID), size, d.opts.Sync)
+	}
+	img, path := d.imagePath(v.ID), d.volumePath(v.ID)
+	tmpImg, tmpMnt := tempPath(img), tempPath(path)
+	if err := clearTempImage(tmpImg, tmpMnt); err != nil {
+		return err
+	}
+	defer func() {
+		_ = unmountAll(tmpMnt)
+		_ = os.Remove(tmpMnt)
+		_ = os.Remove(tmpImg)
+	}()
+	dev, err := d.makeFilledImage(d.copier, tmpImg, tmpMnt, size, volumeData{path: path})
+	if err != nil {
+		return err
+	}
+	if err := d.unmountImage(v.ID); err != nil {
+		return err
+	}
+	if err := renameat(tmpImg, img); err != nil {
+		return errors.Join(err, d.mountImage(v.ID))
+	}
+	if d.opts.Sync {
+		if err := state.SyncDir(imagesDir(d.opts.DataDir)); err != nil {
+			return errors.Join(err, d.mountImage(v.ID))
+		}
+	}
+	if err := d.mountDevice(dev, path); err != nil {
+		return err
+	}
+	d.setMounted(v.ID, true)
 	return nil
 }
 

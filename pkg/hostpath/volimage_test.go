@@ -287,32 +287,60 @@ func (e *testEnv) createVolumeFrom(t *testing.T, name string, source *csi.Volume
 }
 
 func TestImageVolumeExpand(t *testing.T) {
-	e := newImageEnv(t)
+	e := newImageEnv(t, func(o *Options) { o.Sync = true })
 	id := e.createVolume(t, "pvc-grow", 32<<20, mountCap()).GetVolumeId()
+	root := e.d.volumePath(id)
+	mustDo(t, os.MkdirAll(filepath.Join(root, "dir"), 0o750))
+	mustDo(t, os.WriteFile(filepath.Join(root, "dir/file"), randomBytes(t, 20<<20), 0o640))
+	mustDo(t, os.Link(filepath.Join(root, "dir/file"), filepath.Join(root, "link")))
+	want, wantSum := treeAttrs(t, root), treeSum(t, root)
 	var before unix.Statfs_t
-	mustDo(t, unix.Statfs(e.d.volumePath(id), &before))
-	_, err := e.ctrl.ControllerExpandVolume(context.Background(), &csi.ControllerExpandVolumeRequest{
-		VolumeId: id, CapacityRange: &csi.CapacityRange{RequiredBytes: 64 << 20},
-	})
-	v, _ := e.d.volumes.Get(id)
-	fi, statErr := os.Stat(e.d.imagePath(id))
-	mustDo(t, statErr)
-	if !canGrowFilesystems() {
-		// As here: the kernel grows ext4 only for CAP_SYS_RESOURCE.
-		wantCode(t, err, codes.FailedPrecondition)
-		if v.CapacityBytes != 32<<20 || fi.Size() != 32<<20 {
-			t.Errorf("a refused expansion changed the volume: recorded %d bytes, image %d", v.CapacityBytes, fi.Size())
-		}
-		e.deleteVolume(t, id)
-		return
+	mustDo(t, unix.Statfs(root, &before))
+
+	// Unused: grown online where the kernel lets the driver, else by a
+	// copy into a new image.
+	expand := func(size int64) error {
+		_, err := e.ctrl.ControllerExpandVolume(context.Background(), &csi.ControllerExpandVolumeRequest{
+			VolumeId: id, CapacityRange: &csi.CapacityRange{RequiredBytes: size},
+		})
+		return err
 	}
-	if err != nil {
-		t.Fatalf("ControllerExpandVolume: %v", err)
+	if err := expand(64 << 20); err != nil {
+		t.Fatalf("ControllerExpandVolume of an unused volume: %v", err)
 	}
 	var after unix.Statfs_t
-	mustDo(t, unix.Statfs(e.d.volumePath(id), &after))
-	if v.CapacityBytes != 64<<20 || fi.Size() != 64<<20 || after.Blocks <= before.Blocks {
+	mustDo(t, unix.Statfs(root, &after))
+	fi, err := os.Stat(e.d.imagePath(id))
+	mustDo(t, err)
+	v, _ := e.d.volumes.Get(id)
+	if v.CapacityBytes != 64<<20 || fi.Size() != 64<<20 || after.Blocks*uint64(after.Bsize) < 56<<20 {
 		t.Errorf("after expansion: recorded %d bytes, image %d, filesystem %d blocks (before %d)", v.CapacityBytes, fi.Size(), after.Blocks, before.Blocks)
+	}
+	sameAttrs(t, "grown", treeAttrs(t, root), want)
+	if treeSum(t, root) != wantSum {
+		t.Errorf("the grown volume's data differs")
+	}
+	if n, err := writeUntilFull(filepath.Join(root, "more"), 30<<20); err != nil {
+		t.Errorf("the grown volume takes %d more bytes (%v), want 30 MiB", n, err)
+	}
+
+	// In use: online only.
+	target := e.publish(t, id, "grow")
+	err = expand(128 << 20)
+	v, _ = e.d.volumes.Get(id)
+	if canGrowFilesystems() {
+		if err != nil || v.CapacityBytes != 128<<20 {
+			t.Errorf("online expansion: %v, recorded %d bytes", err, v.CapacityBytes)
+		}
+	} else {
+		wantCode(t, err, codes.FailedPrecondition)
+		if fi, _ := os.Stat(e.d.imagePath(id)); v.CapacityBytes != 64<<20 || fi.Size() != 64<<20 {
+			t.Errorf("a refused expansion changed the volume: recorded %d bytes, image %d", v.CapacityBytes, fi.Size())
+		}
+	}
+	e.unpublish(t, id, target)
+	if left := loopsBelow(t, e.dir); len(left) != 1 {
+		t.Errorf("loop devices after expansions: %v, want the volume's only", left)
 	}
 	e.deleteVolume(t, id)
 }
