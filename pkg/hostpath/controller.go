@@ -183,13 +183,6 @@ func (s *controllerServer) parseCreateVolume(req *csi.CreateVolumeRequest) (volu
 		}
 	}
 	spec.size, spec.limit, err = s.d.volumeSize(req.GetCapacityRange())
-	if err == nil && s.d.imageBacked(accessType) && spec.size < minImageSize {
-		// A filesystem needs room for its journal and metadata.
-		if spec.limit > 0 && spec.limit < minImageSize {
-			return spec, status.Errorf(codes.OutOfRange, "limit_bytes %d is below %d bytes, the smallest filesystem volume", spec.limit, minImageSize)
-		}
-		spec.size = minImageSize
-	}
 	return spec, err
 }
 

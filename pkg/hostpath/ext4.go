@@ -23,8 +23,13 @@ import (
 const ext4BlockSize = 4096
 
 // minImageSize is the smallest image: a journal and a few groups' metadata
-// need room.
+// need room. A smaller volume gets an image of this size, which offers
+// about what was asked for; the volume keeps the size it was asked for, so
+// that a claim of the same size can be restored from its snapshots.
 const minImageSize = 16 << 20
+
+// imageSize is the size of a volume's image for a volume of size bytes.
+func imageSize(size int64) int64 { return max(size, minImageSize) }
 
 // makeImage creates a new sparse file of size bytes at path holding an
 // empty ext4 filesystem, flushed with sync. The formatter zeroes the inode

@@ -94,7 +94,7 @@ func (d *Driver) buildImageVolume(c copier, v state.Volume, source volumeData) e
 	if err := clearTempImage(tmpImg, tmpMnt); err != nil {
 		return status.Errorf(codes.Internal, "clear temp data: %v", err)
 	}
-	dev, err := d.makeFilledImage(c, tmpImg, tmpMnt, v.CapacityBytes, source)
+	dev, err := d.makeFilledImage(c, tmpImg, tmpMnt, imageSize(v.CapacityBytes), source)
 	defer func() {
 		_ = unmountAll(tmpMnt)
 		_ = os.Remove(tmpMnt)
@@ -441,10 +441,18 @@ func (d *Driver) canGrowImage(v state.Volume) error {
 // old image (the new one, under its temporary name, is deleted at start);
 // after it, the new one, whose size the next expansion records.
 func (d *Driver) growImageVolume(v state.Volume, size int64) error {
-	if canGrowFilesystems() {
-		return growImage(d.imagePath(v.ID), d.volumePath(v.ID), size, d.opts.Sync)
-	}
 	img, path := d.imagePath(v.ID), d.volumePath(v.ID)
+	fi, err := os.Stat(img)
+	if err != nil {
+		return err
+	}
+	size = imageSize(size)
+	if size <= fi.Size() {
+		return nil // a small volume's image has the room already; never shrink
+	}
+	if canGrowFilesystems() {
+		return growImage(img, path, size, d.opts.Sync)
+	}
 	tmpImg, tmpMnt := tempPath(img), tempPath(path)
 	if err := clearTempImage(tmpImg, tmpMnt); err != nil {
 		return err

@@ -347,22 +347,44 @@ func TestImageVolumeExpand(t *testing.T) {
 
 func TestImageVolumeSizes(t *testing.T) {
 	e := newImageEnv(t)
-	// Too small for a filesystem: rounded up, unless the limit forbids.
-	small := e.createVolume(t, "pvc-small", 1<<20, mountCap())
-	if small.GetCapacityBytes() != minImageSize {
-		t.Errorf("a 1 MiB filesystem volume got %d bytes, want %d", small.GetCapacityBytes(), minImageSize)
+	// Too small for a filesystem with a journal: the image is larger, the
+	// volume keeps its size, so that a claim of that size can be restored
+	// from its snapshot (the provisioner refuses a snapshot larger than
+	// the claim), and it holds at least what was asked for.
+	small := e.createVolume(t, "pvc-small", 10<<20, mountCap())
+	if small.GetCapacityBytes() != 10<<20 {
+		t.Errorf("a 10 MiB filesystem volume reports %d bytes", small.GetCapacityBytes())
 	}
-	_, err := e.ctrl.CreateVolume(context.Background(), &csi.CreateVolumeRequest{
-		Name: "pvc-tiny", CapacityRange: &csi.CapacityRange{RequiredBytes: 1 << 20, LimitBytes: 2 << 20},
-		VolumeCapabilities: []*csi.VolumeCapability{mountCap()},
-	})
-	wantCode(t, err, codes.OutOfRange)
+	id := small.GetVolumeId()
+	if fi, err := os.Stat(e.d.imagePath(id)); err != nil || fi.Size() != minImageSize {
+		t.Errorf("the 10 MiB volume's image: %v, %v; want %d bytes", fi, err, minImageSize)
+	}
+	if n, err := writeUntilFull(filepath.Join(e.d.volumePath(id), "data"), 10<<20); err != nil {
+		t.Errorf("a 10 MiB volume took %d bytes: %v", n, err)
+	}
+	snap := e.createSnapshot(t, "snap-small", id)
+	if snap.GetSizeBytes() != 10<<20 {
+		t.Errorf("the small volume's snapshot has size %d, want the volume's", snap.GetSizeBytes())
+	}
+	// Growing within the image's room changes the record only; the image
+	// is never shrunk.
+	if _, err := e.ctrl.ControllerExpandVolume(context.Background(), &csi.ControllerExpandVolumeRequest{
+		VolumeId: id, CapacityRange: &csi.CapacityRange{RequiredBytes: 12 << 20},
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if fi, err := os.Stat(e.d.imagePath(id)); err != nil || fi.Size() != minImageSize {
+		t.Errorf("the image after growing the volume to 12 MiB: %v, %v; want %d bytes", fi, err, minImageSize)
+	}
 	// Block volumes stay files.
 	block := e.createVolume(t, "pvc-block", 1<<20, blockCap()).GetVolumeId()
 	if v, _ := e.d.volumes.Get(block); v.Image {
 		t.Errorf("a block volume got an image")
 	}
-	e.deleteVolume(t, small.GetVolumeId())
+	if _, err := e.ctrl.DeleteSnapshot(context.Background(), &csi.DeleteSnapshotRequest{SnapshotId: snap.GetSnapshotId()}); err != nil {
+		t.Fatal(err)
+	}
+	e.deleteVolume(t, id)
 	e.deleteVolume(t, block)
 }
 
