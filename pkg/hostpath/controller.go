@@ -478,7 +478,7 @@ func (s *controllerServer) ControllerExpandVolume(ctx context.Context, req *csi.
 		return &csi.ControllerExpandVolumeResponse{CapacityBytes: v.CapacityBytes}, nil
 	}
 	if v.Image {
-		if err := s.d.canGrowImage(v); err != nil {
+		if err := s.d.canGrowImage(v, size); err != nil {
 			return nil, err
 		}
 	}

@@ -421,12 +421,15 @@ func (d *Driver) imageVolumeStats(v state.Volume) (*csi.NodeGetVolumeStatsRespon
 }
 
 // canGrowImage fails with FailedPrecondition when image volume v cannot be
-// grown now: it is not mounted, or it is in use (staged or published) and
+// grown to size bytes now: it is not mounted, or it is in use (staged or published) and
 // the kernel would refuse to grow it online, which it does for a process
 // without CAP_SYS_RESOURCE.
-func (d *Driver) canGrowImage(v state.Volume) error {
+func (d *Driver) canGrowImage(v state.Volume, size int64) error {
 	if err := d.volumeDataReady(v); err != nil {
 		return status.Errorf(codes.FailedPrecondition, "volume %s: %v", v.ID, status.Convert(err).Message())
+	}
+	if fi, err := os.Stat(d.imagePath(v.ID)); err == nil && imageSize(size) <= fi.Size() {
+		return nil // the image has the room already
 	}
 	if !canGrowFilesystems() && (v.Staged != "" || len(v.Published) > 0) {
 		return status.Errorf(codes.FailedPrecondition, "volume %s is in use: %v; unpublish it to grow it offline", v.ID, errCannotGrow)
