@@ -54,6 +54,11 @@ func parseFlags(args []string) (hostpath.Options, bool, error) {
 		"longest time pods stay frozen for one group snapshot; a copy that takes longer thaws them and fails with Unavailable,\n"+
 			"and after three such timeouts in a row with FailedPrecondition, for good")
 	fs.StringVar(&opts.CgroupRoot, "cgroup-root", opts.CgroupRoot, "where the node's cgroup filesystem is mounted (the unified hierarchy, or the folder of the v1 hierarchies)")
+	fs.StringVar(&opts.VolumeBacking, "volume-backing", opts.VolumeBacking,
+		"how new filesystem volumes keep their data: folder (a folder of --datadir's filesystem, which can grow until that\n"+
+			"filesystem is full) or image (an ext4 filesystem of the volume's size in a sparse file below --datadir, mounted\n"+
+			"through a loop device: a volume cannot outgrow its size; needs root and loop devices). Volumes keep the backing\n"+
+			"they were made with")
 	fs.StringVar(&opts.HTTPEndpoint, "http-endpoint", opts.HTTPEndpoint, "TCP address to serve /metrics on, e.g. :8080; empty serves nothing")
 	fs.StringVar(&opts.KubeletRegistrationPath, "kubelet-registration-path", opts.KubeletRegistrationPath,
 		"register with kubelet, giving it this path of the CSI socket as kubelet sees it (a host path such as\n"+

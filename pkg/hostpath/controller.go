@@ -112,11 +112,12 @@ func (s *controllerServer) CreateVolume(ctx context.Context, req *csi.CreateVolu
 		ID: spec.id, Name: spec.name, CapacityBytes: spec.size, AccessType: spec.accessType,
 		Topology: s.d.topology(), SourceSnapshotID: spec.sourceSnap, SourceVolumeID: spec.sourceVol,
 		Parameters: req.GetParameters(), MutableParameters: req.GetMutableParameters(),
-		SingleWriter: spec.singleWriter, CreatedAt: s.d.now().UTC(),
+		SingleWriter: spec.singleWriter, CreatedAt: s.d.now().UTC(), Image: s.d.imageBacked(spec.accessType),
 	}
 	// An empty snapshot has no data to copy, so a volume restored from it
-	// is flushed at once, like a new one, and needs no pending marker.
-	if source.path != "" && spec.sourceSnap != "" && s.d.opts.Sync && s.d.opts.BackgroundRestoreSync {
+	// is flushed at once, like a new one, and needs no pending marker. An
+	// image is filled and flushed before it is mounted in place.
+	if source.path != "" && spec.sourceSnap != "" && s.d.opts.Sync && s.d.opts.BackgroundRestoreSync && !v.Image {
 		err = s.d.restoreInBackground(v, source)
 	} else {
 		err = s.d.createVolumeData(v, source)
@@ -135,11 +136,18 @@ func (d *Driver) createVolumeData(v state.Volume, source volumeData) error {
 	if v.SourceSnapshotID != "" {
 		c = fscopy.Copier{Sync: d.opts.Sync, HolesKnown: true, Direct: true}
 	}
-	if err := d.buildVolume(c, v.ID, v.AccessType, v.CapacityBytes, source); err != nil {
+	build := func() error { return d.buildVolume(c, v.ID, v.AccessType, v.CapacityBytes, source) }
+	if v.Image {
+		build = func() error { return d.buildImageVolume(c, v, source) }
+	}
+	if err := build(); err != nil {
 		return err
 	}
 	if err := d.volumes.Put(v.ID, v); err != nil {
-		_ = removeData(d.volumePath(v.ID))
+		if v.Image {
+			_ = d.unmountImage(v.ID)
+		}
+		_ = d.removeVolumeData(v)
 		return storeErr("record volume", err)
 	}
 	return nil
@@ -314,13 +322,20 @@ func (s *controllerServer) DeleteVolume(ctx context.Context, req *csi.DeleteVolu
 	if len(v.Attachments) > 0 || len(v.Published) > 0 || v.Staged != "" {
 		return nil, status.Errorf(codes.FailedPrecondition, "volume %s is still attached, staged or published", id)
 	}
+	if v.Image {
+		// Before the record goes: a start-up after a crash here mounts
+		// the volume again.
+		if err := s.d.unmountImage(id); err != nil {
+			return nil, err
+		}
+	}
 	if err := s.d.volumes.Delete(id); err != nil {
 		return nil, storeErr("delete volume record", err)
 	}
 	if err := s.d.restores.forget(id); err != nil {
 		return nil, storeErr("delete restore marker", err)
 	}
-	if err := removeData(s.d.volumePath(id)); err != nil {
+	if err := s.d.removeVolumeData(v); err != nil {
 		return nil, err
 	}
 	klog.FromContext(ctx).V(2).Info("Deleted volume", "volumeID", id)
@@ -442,7 +457,9 @@ func (s *controllerServer) GetCapacity(_ context.Context, req *csi.GetCapacityRe
 	}, nil
 }
 
-// ControllerExpandVolume grows a volume; block volumes get a larger file.
+// ControllerExpandVolume grows a volume: block volumes get a larger file,
+// image volumes a larger image and filesystem (growImageVolume; where that
+// cannot be done, FailedPrecondition before anything changes).
 func (s *controllerServer) ControllerExpandVolume(ctx context.Context, req *csi.ControllerExpandVolumeRequest) (*csi.ControllerExpandVolumeResponse, error) {
 	id := req.GetVolumeId()
 	if err := checkID("volume_id", id); err != nil {
@@ -463,15 +480,18 @@ func (s *controllerServer) ControllerExpandVolume(ctx context.Context, req *csi.
 	if size <= v.CapacityBytes {
 		return &csi.ControllerExpandVolumeResponse{CapacityBytes: v.CapacityBytes}, nil
 	}
+	if v.Image {
+		if err := s.d.canGrowImage(v, size); err != nil {
+			return nil, err
+		}
+	}
 	unreserve, err := s.d.reserve(volumeKey(id), size, id)
 	if err != nil {
 		return nil, err
 	}
 	defer unreserve()
-	if v.AccessType == state.AccessBlock {
-		if err := resizeFile(s.d.volumePath(id), size, s.d.opts.Sync); err != nil {
-			return nil, status.Errorf(codes.Internal, "grow volume: %v", err)
-		}
+	if err := s.d.growVolume(v, size); err != nil {
+		return nil, err
 	}
 	v.CapacityBytes = size
 	if err := s.d.volumes.Put(id, v); err != nil {
@@ -479,6 +499,25 @@ func (s *controllerServer) ControllerExpandVolume(ctx context.Context, req *csi.
 	}
 	klog.FromContext(ctx).V(2).Info("Expanded volume", "volumeID", id, "bytes", size)
 	return &csi.ControllerExpandVolumeResponse{CapacityBytes: size}, nil
+}
+
+// growVolume grows a block volume's file or an image volume's image and
+// filesystem to size bytes; a folder volume has no size to change.
+func (d *Driver) growVolume(v state.Volume, size int64) error {
+	var err error
+	switch {
+	case v.AccessType == state.AccessBlock:
+		err = resizeFile(d.volumePath(v.ID), size, d.opts.Sync)
+	case v.Image:
+		err = d.growImageVolume(v, size)
+	}
+	if status.Code(err) != codes.Unknown {
+		return err
+	}
+	if err != nil {
+		return status.Errorf(codes.Internal, "grow volume: %v", err)
+	}
+	return nil
 }
 
 // ControllerGetVolume returns a volume and the nodes it is attached to.
@@ -529,6 +568,11 @@ func (d *Driver) volumeHealth(id string) *csi.VolumeHealth {
 		h.HealthStatuses = []*csi.VolumeHealth_VolumeHealthEntry{{
 			Status: csi.VolumeHealthErrorType_INACCESSIBLE, Reason: "DataMissing",
 			Message: "the volume's data is missing from the data directory",
+		}}
+	} else if v, ok := d.volumes.Get(id); ok && d.volumeDataReady(v) != nil {
+		h.HealthStatuses = []*csi.VolumeHealth_VolumeHealthEntry{{
+			Status: csi.VolumeHealthErrorType_INACCESSIBLE, Reason: "NotMounted",
+			Message: "the volume's filesystem image could not be mounted (see the driver's log)",
 		}}
 	}
 	return h

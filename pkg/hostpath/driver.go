@@ -1,7 +1,8 @@
 //go:build linux
 
 // Package hostpath is Shutter's CSI driver that keeps volumes in a local
-// directory: mount volumes are directories, block volumes sparse files.
+// directory: mount volumes are directories, or ext4 images of their size
+// mounted at such a directory (volimage.go), block volumes sparse files.
 //
 // Invariants:
 //   - Data for an object is built under a ".tmp-" name and renamed into
@@ -97,6 +98,11 @@ type Driver struct {
 	// operations whose records are not written yet.
 	capMu    sync.Mutex
 	reserved map[string]int64
+
+	// imgMu guards mountedImages: the image volumes the driver has
+	// mounted at their paths (volimage.go).
+	imgMu         sync.Mutex
+	mountedImages map[string]bool
 }
 
 // Run starts the driver with opts and serves until ctx is cancelled.
@@ -197,6 +203,8 @@ func New(ctx context.Context, opts Options) (*Driver, error) {
 		now:      time.Now,
 		reserved: map[string]int64{},
 		quiesce:  quiescer,
+
+		mountedImages: map[string]bool{},
 	}
 	// First of all, whatever fails later: pods a killed driver left
 	// frozen must run again.
@@ -206,7 +214,12 @@ func New(ctx context.Context, opts Options) (*Driver, error) {
 	if opts.GroupSnapshotQuiesce && os.Geteuid() != 0 {
 		klog.FromContext(ctx).Info("Group snapshots are not quiesced: freezing the pods that use volumes needs root")
 	}
-	for _, dir := range []string{volumesDir(opts.DataDir), snapshotsDir(opts.DataDir)} {
+	if opts.VolumeBacking == BackingImage {
+		if err := checkLoopSupport(); err != nil {
+			return nil, fmt.Errorf("--volume-backing=%s cannot work here: %w", BackingImage, err)
+		}
+	}
+	for _, dir := range []string{volumesDir(opts.DataDir), snapshotsDir(opts.DataDir), imagesDir(opts.DataDir)} {
 		if err := os.MkdirAll(dir, 0o750); err != nil {
 			return nil, fmt.Errorf("create data dir: %w", err)
 		}
@@ -235,6 +248,7 @@ func (d *Driver) open(ctx context.Context) error {
 	if err := d.recover(ctx); err != nil {
 		return fmt.Errorf("recover state: %w", err)
 	}
+	d.mountImages(klog.FromContext(ctx))
 	return nil
 }
 
@@ -249,8 +263,9 @@ func (d *Driver) Close() error {
 	if d.restores != nil {
 		d.restores.drain()
 	}
+	err = d.unmountImagesAtClose()
 	if d.log != nil {
-		err = d.log.Close()
+		err = errors.Join(err, d.log.Close())
 	}
 	return errors.Join(err, d.dataLock.release())
 }
@@ -387,7 +402,13 @@ func (d *Driver) recover(ctx context.Context) error {
 		return nil
 	}
 	cleanupHalted.Set(0)
+	if err := d.unmountStrays(logger); err != nil {
+		return err
+	}
 	if err := d.quarantineOrphans(logger, snapshotsDir(d.opts.DataDir), kindSnapshot, d.hasSnapshotData); err != nil {
+		return err
+	}
+	if err := d.quarantineOrphans(logger, imagesDir(d.opts.DataDir), kindVolume, d.hasImage); err != nil {
 		return err
 	}
 	return d.quarantineOrphans(logger, volumesDir(d.opts.DataDir), kindVolume, func(id string) bool {

@@ -79,6 +79,9 @@ func (s *nodeServer) NodeStageVolume(ctx context.Context, req *csi.NodeStageVolu
 	if err := checkVolumeRecord(v); err != nil {
 		return nil, err
 	}
+	if err := s.d.volumeDataReady(v); err != nil {
+		return nil, err
+	}
 	if v.AccessType == state.AccessMount {
 		if err := os.MkdirAll(path, 0o750); err != nil {
 			return nil, status.Errorf(codes.Internal, "create staging path: %v", err)
@@ -217,6 +220,9 @@ func (d *Driver) mountTarget(v state.Volume, target string, readOnly bool) error
 	} else if err := os.MkdirAll(target, 0o750); err != nil {
 		return status.Errorf(codes.Internal, "create target dir: %v", err)
 	}
+	if err := d.volumeDataReady(v); err != nil {
+		return err
+	}
 	if mounted, err := isMountPoint(target); err != nil || mounted {
 		return status.Errorf(codes.FailedPrecondition, "target %s is already a mount point (%v)", target, err)
 	}
@@ -278,6 +284,9 @@ func (s *nodeServer) NodeGetVolumeStats(_ context.Context, req *csi.NodeGetVolum
 	if v.AccessType == state.AccessBlock {
 		return &csi.NodeGetVolumeStatsResponse{Usage: []*csi.VolumeUsage{{Total: v.CapacityBytes, Unit: csi.VolumeUsage_BYTES}}}, nil
 	}
+	if v.Image {
+		return s.d.imageVolumeStats(v)
+	}
 	used, err := fscopy.DiskUsage(s.d.volumePath(v.ID))
 	if err != nil {
 		return nil, status.Errorf(codes.Internal, "measure usage: %v", err)
@@ -293,7 +302,8 @@ func (s *nodeServer) NodeGetVolumeStats(_ context.Context, req *csi.NodeGetVolum
 }
 
 // NodeExpandVolume has nothing to resize on the node: the controller already
-// grew the backing file, and directories have no fixed size.
+// grew the backing file or the image's filesystem (online), and folders
+// have no fixed size.
 func (s *nodeServer) NodeExpandVolume(_ context.Context, req *csi.NodeExpandVolumeRequest) (*csi.NodeExpandVolumeResponse, error) {
 	if err := checkID("volume_id", req.GetVolumeId()); err != nil {
 		return nil, err

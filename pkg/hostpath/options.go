@@ -76,6 +76,13 @@ type Options struct {
 	// as kubelet sees it (a host path); the driver then registers itself
 	// with kubelet on RegistrationSocket (package registration).
 	KubeletRegistrationPath string
+	// VolumeBacking says how new filesystem volumes keep their data:
+	// BackingFolder, a folder of the data directory's filesystem that may
+	// grow until that filesystem is full, or BackingImage, an ext4
+	// filesystem of the volume's size in a sparse image file, mounted
+	// through a loop device, which a volume cannot outgrow (volimage.go).
+	// Volumes keep the backing they were made with.
+	VolumeBacking string
 	// RegistrationSocket is where the kubelet registration service is
 	// served: a socket in kubelet's plugins_registry folder; "" is
 	// /registration/<DriverName>-reg.sock.
@@ -101,8 +108,16 @@ func DefaultOptions() Options {
 		GroupSnapshotQuiesce:        false,
 		GroupSnapshotQuiesceTimeout: 5 * time.Second,
 		CgroupRoot:                  "/sys/fs/cgroup",
+
+		VolumeBacking: BackingFolder,
 	}
 }
+
+// Values of Options.VolumeBacking.
+const (
+	BackingFolder = "folder"
+	BackingImage  = "image"
+)
 
 // Validate checks the options and returns the first problem found.
 func (o Options) Validate() error {
@@ -130,6 +145,9 @@ func (o Options) Validate() error {
 	}
 	if o.GroupSnapshotQuiesceTimeout <= 0 {
 		errs = append(errs, errors.New("--group-snapshot-quiesce-timeout must be positive"))
+	}
+	if o.VolumeBacking != BackingFolder && o.VolumeBacking != BackingImage {
+		errs = append(errs, fmt.Errorf("--volume-backing %q: want %s or %s", o.VolumeBacking, BackingFolder, BackingImage))
 	}
 	if o.KubeletRegistrationPath != "" && !filepath.IsAbs(o.KubeletRegistrationPath) {
 		errs = append(errs, fmt.Errorf("--kubelet-registration-path %q must be an absolute path", o.KubeletRegistrationPath))

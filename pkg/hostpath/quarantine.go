@@ -153,7 +153,7 @@ func (d *Driver) cleanupHalt(ctx context.Context) (string, error) {
 	if !r.Created {
 		return "", nil
 	}
-	for _, dir := range []string{volumesDir(d.opts.DataDir), snapshotsDir(d.opts.DataDir)} {
+	for _, dir := range []string{volumesDir(d.opts.DataDir), snapshotsDir(d.opts.DataDir), imagesDir(d.opts.DataDir)} {
 		entries, err := os.ReadDir(dir)
 		if err != nil {
 			return "", fmt.Errorf("read data dir: %w", err)

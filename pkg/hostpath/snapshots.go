@@ -70,6 +70,11 @@ func (s *controllerServer) CreateSnapshot(ctx context.Context, req *csi.CreateSn
 // data and a record (copySnapshot). The caller holds the snapshot's lock and
 // a shared lock of the volume.
 func (d *Driver) takeSnapshot(ctx context.Context, snap state.Snapshot) error {
+	if v, ok := d.volumes.Get(snap.SourceVolumeID); ok {
+		if err := d.volumeDataReady(v); err != nil {
+			return err
+		}
+	}
 	empty, info, err := holdsNoData(d.volumePath(snap.SourceVolumeID), snap.SizeBytes)
 	if err != nil {
 		return status.Errorf(codes.Internal, "inspect source volume: %v", err)

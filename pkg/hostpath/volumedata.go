@@ -54,6 +54,9 @@ func (d *Driver) volumeSource(spec volumeSpec) (volumeData, error) {
 		if !ok {
 			return data, status.Errorf(codes.NotFound, "volume %s not found", spec.sourceVol)
 		}
+		if err := d.volumeDataReady(src); err != nil {
+			return data, err
+		}
 		data, size, accessType = volumeData{path: d.volumePath(src.ID)}, src.CapacityBytes, src.AccessType
 	default:
 		return data, nil

@@ -86,7 +86,7 @@ func TestChartOnNode(t *testing.T) {
 	if left := k.run("", "kubectl", "get", "pv,pvc,volumesnapshot,volumesnapshotcontent", "-A", "-o", "name"); strings.TrimSpace(left) != "" {
 		t.Errorf("left after uninstall: %s", left)
 	}
-	for _, sub := range []string{"volumes", "snapshots"} {
+	for _, sub := range []string{"volumes", "snapshots", "images"} {
 		entries, _ := os.ReadDir(filepath.Join(dataDir, sub))
 		if len(entries) != 0 {
 			t.Errorf("backend %s not empty: %d entries", sub, len(entries))

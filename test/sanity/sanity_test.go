@@ -55,6 +55,12 @@ func TestSanity(t *testing.T) {
 	opts.EnableSnapshotMetadata = true
 	// Durability is tested elsewhere; skipping fsync keeps the suite fast.
 	opts.Sync = false
+	// SHUTTER_SANITY_VOLUME_BACKING=image runs the suite on image-backed
+	// filesystem volumes, of 64 MiB: each one is formatted.
+	volumeSize := int64(10 << 30)
+	if b := os.Getenv("SHUTTER_SANITY_VOLUME_BACKING"); b != "" {
+		opts.VolumeBacking, volumeSize = b, 64<<20
+	}
 
 	ctx, cancel := context.WithCancel(klog.NewContext(context.Background(), klog.Background()))
 	drv, err := hostpath.New(ctx, opts)
@@ -81,7 +87,7 @@ func TestSanity(t *testing.T) {
 	cfg.Address = "unix://" + sock
 	cfg.TargetPath = filepath.Join(dir, "target")
 	cfg.StagingPath = filepath.Join(dir, "staging")
-	cfg.TestVolumeSize = 10 << 30
+	cfg.TestVolumeSize = volumeSize
 	cfg.TestNodeVolumeAttachLimit = true
 	cfg.TestVolumeMutableParameters = map[string]string{"iops": "3000"}
 	cfg.IdempotentCount = 3

@@ -27,12 +27,12 @@ func timesOfStat(st *unix.Stat_t) []unix.Timespec {
 // times of st, its source's. Call it after the data is written (writing
 // sets the modification time) and before f is flushed.
 func keepFileAttrs(f *os.File, dirfd int, name string, st *unix.Stat_t) error {
-	return keepAttrs(int(f.Fd()), dirfd, name, st)
+	return KeepAttrs(int(f.Fd()), dirfd, name, st)
 }
 
-// keepAttrs gives the copy open as fd, name in dirfd, the owner, mode and
+// KeepAttrs gives the copy open as fd, name in dirfd, the owner, mode and
 // times of st. A directory's times are set once its entries exist.
-func keepAttrs(fd, dirfd int, name string, st *unix.Stat_t) error {
+func KeepAttrs(fd, dirfd int, name string, st *unix.Stat_t) error {
 	if CanChown {
 		if err := unix.Fchown(fd, int(st.Uid), int(st.Gid)); err != nil {
 			return fmt.Errorf("keep owner: %w", err)

@@ -122,7 +122,7 @@ func (c Copier) copyTree(dst string, in *os.File, st *unix.Stat_t) (Copied, erro
 	if err := w.copyDir(int(in.Fd()), w.root, ".", 0); err != nil {
 		return w.made, err
 	}
-	return w.made, keepAttrs(w.root, unix.AT_FDCWD, dst, st)
+	return w.made, KeepAttrs(w.root, unix.AT_FDCWD, dst, st)
 }
 
 // copyDir copies the entries of the source directory src into the copy's
@@ -184,7 +184,7 @@ func (w *treeCopy) copySubdir(src, dst int, l listed, rel string, depth int) err
 		return err
 	}
 	// Last: creating the entries changed the directory's times.
-	return keepAttrs(fd, dst, l.name, &st)
+	return KeepAttrs(fd, dst, l.name, &st)
 }
 
 // copyRegular copies the regular file entry l of src, or links it to the
@@ -413,6 +413,9 @@ func copyRange(out, in *os.File, off, n int64) error {
 		if errors.Is(err, unix.EINTR) {
 			continue
 		}
+		if errors.Is(err, unix.EXDEV) {
+			return copyAcross(out, in, src, n)
+		}
 		if err != nil {
 			return fmt.Errorf("copy_file_range: %w", err)
 		}
@@ -468,3 +471,23 @@ func isZero(b []byte) bool {
 	}
 	return true
 }
+
+// copyAcross copies n bytes at off from in to out, at the same offset,
+// through a buffer: copy_file_range refuses to copy between filesystems of
+// different types, as between an image volume and the data folder.
+func copyAcross(out, in *os.File, off, n int64) error {
+	buf := make([]byte, min(n, copyAcrossChunk))
+	for n > 0 {
+		m := min(n, int64(len(buf)))
+		if _, err := in.ReadAt(buf[:m], off); err != nil {
+			return fmt.Errorf("read copy source: %w", err)
+		}
+		if _, err := out.WriteAt(buf[:m], off); err != nil {
+			return fmt.Errorf("write copy target: %w", err)
+		}
+		off, n = off+m, n-m
+	}
+	return nil
+}
+
+const copyAcrossChunk = 1 << 20

@@ -40,6 +40,10 @@ type Volume struct {
 	// that allows one publication only (SINGLE_NODE_SINGLE_WRITER).
 	SingleWriter bool      `json:"singleWriter,omitempty"`
 	CreatedAt    time.Time `json:"createdAt"`
+	// Image says a filesystem volume's data is an ext4 filesystem in the
+	// image file images/<id>, mounted at the volume's folder, rather than
+	// the folder itself.
+	Image bool `json:"image,omitempty"`
 }
 
 // Snapshot is the persisted record of one snapshot. A record is written only

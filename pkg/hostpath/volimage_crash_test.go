@@ -1,0 +1,224 @@
+//go:build linux
+
+package hostpath
+
+import (
+	"context"
+	"crypto/sha256"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/container-storage-interface/spec/lib/go/csi"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+)
+
+// startImageDriver runs the driver binary on dir with image-backed
+// volumes and fsync on, and waits until it answers Probe.
+func startImageDriver(t *testing.T, bin, dir string) *driverProcess {
+	t.Helper()
+	sock := filepath.Join(dir, "csi.sock")
+	cmd := exec.Command(bin, "--endpoint=unix://"+sock, "--nodeid=crash-node", "--datadir="+filepath.Join(dir, "data"),
+		"--capacity=1099511627776", "--fsync=true", "--volume-backing=image", "--v=2")
+	logFile, err := os.OpenFile(filepath.Join(dir, "driver.log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd.Stdout, cmd.Stderr = logFile, logFile
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait(); _ = logFile.Close() })
+	conn, err := grpc.NewClient("unix://"+sock, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = conn.Close() })
+	ident := csi.NewIdentityClient(conn)
+	for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		_, err := ident.Probe(ctx, &csi.ProbeRequest{})
+		cancel()
+		if err == nil {
+			break
+		}
+		if time.Now().After(deadline) || cmd.ProcessState != nil {
+			log, _ := os.ReadFile(filepath.Join(dir, "driver.log"))
+			t.Fatalf("driver did not come up: %v\n%s", err, log)
+		}
+	}
+	return &driverProcess{cmd: cmd, conn: conn, ctrl: csi.NewControllerClient(conn)}
+}
+
+// imageCrashWorld tracks what the killed drivers acknowledged.
+type imageCrashWorld struct {
+	mu sync.Mutex
+	// acked maps volume IDs whose create was acknowledged to the checksum
+	// of the file written into them afterwards ("" while none is).
+	acked map[string]string
+	// deleting holds volumes a delete was sent for: they may be gone.
+	deleting map[string]bool
+	// creates and deletes count the acknowledged calls.
+	creates, deletes int
+}
+
+// TestImageVolumesSurviveKills SIGKILLs a driver with image-backed volumes
+// while it creates and deletes volumes and checks after every restart that
+// every acknowledged volume is mounted with its data, and that nothing is
+// left mounted or attached that no record accounts for.
+func TestImageVolumesSurviveKills(t *testing.T) {
+	if err := checkLoopSupport(); err != nil {
+		t.Skipf("image volumes cannot be tested here: %v", err)
+	}
+	bin := buildDriver(t)
+	dir := t.TempDir()
+	t.Cleanup(func() { checkNothingLeft(t, dir) })
+	rounds := 12
+	if testing.Short() {
+		rounds = 4
+	}
+	w := &imageCrashWorld{acked: map[string]string{}, deleting: map[string]bool{}}
+	rng := rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), 15))
+	for round := range rounds {
+		p := startImageDriver(t, bin, dir)
+		w.check(t, p, dir)
+		var wg sync.WaitGroup
+		ctx, cancel := context.WithCancel(context.Background())
+		for worker := range 3 {
+			wg.Go(func() { w.work(ctx, t, p.ctrl, dir, fmt.Sprintf("r%d-w%d", round, worker)) })
+		}
+		time.Sleep(time.Duration(100+rng.IntN(1100)) * time.Millisecond) // the kill's random point, not a synchronisation
+		p.kill(t)
+		cancel()
+		wg.Wait()
+	}
+	p := startImageDriver(t, bin, dir)
+	w.check(t, p, dir)
+	t.Logf("%d creates and %d deletes acknowledged over %d kills; %d volumes left", w.creates, w.deletes, rounds, len(w.acked))
+	for id := range w.acked {
+		if _, err := p.ctrl.DeleteVolume(context.Background(), &csi.DeleteVolumeRequest{VolumeId: id}); err != nil {
+			t.Errorf("DeleteVolume %s: %v", id, err)
+		}
+	}
+	if err := p.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	if err := p.cmd.Wait(); err != nil {
+		t.Errorf("driver exited with %v", err)
+	}
+}
+
+// work creates volumes, writes a file into each acknowledged one and
+// deletes some, until ctx ends or the driver dies.
+func (w *imageCrashWorld) work(ctx context.Context, t *testing.T, ctrl csi.ControllerClient, dir, prefix string) {
+	for i := 0; ctx.Err() == nil; i++ {
+		resp, err := ctrl.CreateVolume(ctx, &csi.CreateVolumeRequest{
+			Name: fmt.Sprintf("pvc-%s-%d", prefix, i), CapacityRange: &csi.CapacityRange{RequiredBytes: 32 << 20},
+			VolumeCapabilities: []*csi.VolumeCapability{mountCap()},
+		})
+		if err != nil {
+			return
+		}
+		id := resp.GetVolume().GetVolumeId()
+		w.mu.Lock()
+		w.acked[id] = ""
+		w.creates++
+		w.mu.Unlock()
+		data := []byte(fmt.Sprintf("data of %s %d", id, i))
+		if writeSynced(filepath.Join(dir, "data", "volumes", id, "file"), data) == nil {
+			w.mu.Lock()
+			w.acked[id] = fmt.Sprintf("%x", sha256.Sum256(data))
+			w.mu.Unlock()
+		}
+		if i%2 == 1 {
+			w.mu.Lock()
+			w.deleting[id] = true
+			w.mu.Unlock()
+			if _, err := ctrl.DeleteVolume(ctx, &csi.DeleteVolumeRequest{VolumeId: id}); err == nil {
+				w.mu.Lock()
+				delete(w.acked, id)
+				delete(w.deleting, id)
+				w.deletes++
+				w.mu.Unlock()
+			}
+		}
+	}
+}
+
+// writeSynced writes a new file and flushes it.
+func writeSynced(path string, data []byte) error {
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o644)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	if _, err := f.Write(data); err != nil {
+		return err
+	}
+	return f.Sync()
+}
+
+// check compares the restarted driver's volumes with what was
+// acknowledged.
+func (w *imageCrashWorld) check(t *testing.T, p *driverProcess, dir string) {
+	t.Helper()
+	resp, err := p.ctrl.ListVolumes(context.Background(), &csi.ListVolumesRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	listed := map[string]bool{}
+	for _, e := range resp.GetEntries() {
+		listed[e.GetVolume().GetVolumeId()] = true
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	volumes := filepath.Join(dir, "data", "volumes")
+	for id, sum := range w.acked {
+		if !listed[id] {
+			if w.deleting[id] {
+				delete(w.acked, id)
+				continue
+			}
+			t.Fatalf("acknowledged volume %s is gone after a kill", id)
+		}
+		if m, err := mountAt(filepath.Join(volumes, id)); err != nil || m == nil || m.FSType != "ext4" {
+			t.Fatalf("acknowledged volume %s is not mounted after a restart (%v, %v)", id, m, err)
+		}
+		if sum == "" {
+			continue
+		}
+		data, err := os.ReadFile(filepath.Join(volumes, id, "file"))
+		if err != nil || fmt.Sprintf("%x", sha256.Sum256(data)) != sum {
+			t.Fatalf("volume %s lost its flushed file after a kill: %q, %v", id, data, err)
+		}
+	}
+	mounts, err := readMountInfo("/proc/self/mountinfo")
+	if err != nil {
+		t.Fatal(err)
+	}
+	mounted := 0
+	for _, m := range mounts {
+		if filepath.Dir(m.MountPoint) != volumes {
+			continue
+		}
+		if id := filepath.Base(m.MountPoint); strings.HasPrefix(id, tempPrefix) || !listed[id] {
+			t.Fatalf("%s is mounted, but no record accounts for it", m.MountPoint)
+		}
+		mounted++
+	}
+	loops := loopsBelow(t, dir)
+	for deadline := time.Now().Add(5 * time.Second); len(loops) != mounted && time.Now().Before(deadline); loops = loopsBelow(t, dir) {
+		time.Sleep(10 * time.Millisecond) // autoclear detaches a device once its last user is gone
+	}
+	if len(loops) != mounted {
+		t.Fatalf("%d loop devices attached to images for %d mounted volumes", len(loops), mounted)
+	}
+}
