@@ -5,9 +5,8 @@ package hostpath
 import (
 	"errors"
 	"fmt"
-	"strconv"
-	"strings"
 
+	"github.com/shutter-csi/shutter/pkg/mountinfo"
 	"golang.org/x/sys/unix"
 )
 
@@ -44,7 +43,7 @@ func unmountAll(target string) error {
 // /proc/self/mountinfo (bind mounts of the same filesystem share st_dev, so
 // comparing with the parent does not work).
 func isMountPoint(path string) (bool, error) {
-	mounts, err := readMountInfo("/proc/self/mountinfo")
+	mounts, err := mountinfo.Read(mountinfo.Self)
 	if err != nil {
 		return false, err
 	}
@@ -54,24 +53,4 @@ func isMountPoint(path string) (bool, error) {
 		}
 	}
 	return false, nil
-}
-
-// unescapeMountPath undoes the octal escapes (\040 for space and so on)
-// that mountinfo uses.
-func unescapeMountPath(s string) string {
-	if !strings.Contains(s, `\`) {
-		return s
-	}
-	var b strings.Builder
-	for i := 0; i < len(s); i++ {
-		if s[i] == '\\' && i+4 <= len(s) {
-			if n, err := strconv.ParseUint(s[i+1:i+4], 8, 8); err == nil {
-				b.WriteByte(byte(n))
-				i += 3
-				continue
-			}
-		}
-		b.WriteByte(s[i])
-	}
-	return b.String()
 }

@@ -18,6 +18,7 @@ import (
 
 	"github.com/shutter-csi/shutter/pkg/hostpath/fscopy"
 	"github.com/shutter-csi/shutter/pkg/hostpath/state"
+	"github.com/shutter-csi/shutter/pkg/mountinfo"
 )
 
 // Image-backed filesystem volumes (Options.VolumeBacking "image").
@@ -320,12 +321,12 @@ func (d *Driver) removeVolumeData(v state.Volume) error {
 }
 
 // mountAt returns the mount at path, the topmost one, or nil.
-func mountAt(path string) (*mountEntry, error) {
-	mounts, err := readMountInfo("/proc/self/mountinfo")
+func mountAt(path string) (*mountinfo.Entry, error) {
+	mounts, err := mountinfo.Read(mountinfo.Self)
 	if err != nil {
 		return nil, err
 	}
-	var found *mountEntry
+	var found *mountinfo.Entry
 	for i := range mounts {
 		if mounts[i].MountPoint == path {
 			found = &mounts[i]
@@ -356,7 +357,7 @@ func (d *Driver) mountImages(logger klog.Logger) {
 // or final mount point) or of a delete. It runs before the data folders
 // are cleaned, which could not move or remove a mount point.
 func (d *Driver) unmountStrays(logger klog.Logger) error {
-	mounts, err := readMountInfo("/proc/self/mountinfo")
+	mounts, err := mountinfo.Read(mountinfo.Self)
 	if err != nil {
 		return err
 	}
@@ -487,4 +488,3 @@ func (d *Driver) growImageVolume(v state.Volume, size int64) error {
 	d.setMounted(v.ID, true)
 	return nil
 }
-

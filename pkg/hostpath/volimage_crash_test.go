@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/container-storage-interface/spec/lib/go/csi"
+	"github.com/shutter-csi/shutter/pkg/mountinfo"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 )
@@ -200,7 +201,7 @@ func (w *imageCrashWorld) check(t *testing.T, p *driverProcess, dir string) {
 			t.Fatalf("volume %s lost its flushed file after a kill: %q, %v", id, data, err)
 		}
 	}
-	mounts, err := readMountInfo("/proc/self/mountinfo")
+	mounts, err := mountinfo.Read(mountinfo.Self)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/container-storage-interface/spec/lib/go/csi"
+	"github.com/shutter-csi/shutter/pkg/mountinfo"
 	"golang.org/x/sys/unix"
 	"google.golang.org/grpc/codes"
 )
@@ -42,12 +43,12 @@ func newImageEnv(t *testing.T, opts ...func(*Options)) *testEnv {
 // below dir, and removes them.
 func checkNothingLeft(t *testing.T, dir string) {
 	t.Helper()
-	mounts, err := readMountInfo("/proc/self/mountinfo")
+	mounts, err := mountinfo.Read(mountinfo.Self)
 	if err != nil {
 		t.Fatal(err)
 	}
 	for i := len(mounts) - 1; i >= 0; i-- {
-		if p := mounts[i].MountPoint; pathWithin(p, dir) {
+		if p := mounts[i].MountPoint; p == dir || strings.HasPrefix(p, dir+"/") {
 			t.Errorf("%s is still mounted", p)
 			_ = unix.Unmount(p, unix.MNT_DETACH)
 		}
