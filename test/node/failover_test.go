@@ -42,12 +42,6 @@ func killLeader(t *testing.T, k kube, n *node) {
 	t.Logf("leader %s (%s), standby %s", leader, holder, other)
 
 	k.run("", "kubectl", "cordon", cluster.NodeName)
-	uncordon := func() { k.run("", "kubectl", "uncordon", cluster.NodeName) }
-	defer func() {
-		if t.Failed() {
-			uncordon()
-		}
-	}()
 	id := k.run("", "kubectl", "-n", chartNamespace, "get", "pod", leader, "-o", "jsonpath={.status.containerStatuses[0].containerID}")
 	killed := time.Now()
 	if err := n.c.KillContainer(k.ctx, k.bin, strings.TrimPrefix(id, "containerd://")); err != nil {
@@ -59,7 +53,7 @@ func killLeader(t *testing.T, k kube, n *node) {
 	t.Logf("the Lease went from %s to %s (%s) %s after the kill", holder, newHolder, newLeader, time.Since(killed).Round(100*time.Millisecond))
 	k.run(snapshotYAML("after-failover"), "kubectl", "apply", "-f", "-")
 	k.run("", "kubectl", "wait", "volumesnapshot/after-failover", "--for=jsonpath={.status.readyToUse}=true", "--timeout=3m")
-	uncordon()
+	k.run("", "kubectl", "uncordon", cluster.NodeName)
 	k.run("", "kubectl", "-n", chartNamespace, "rollout", "status", controllerDeploy, "--timeout=3m")
 }
 
