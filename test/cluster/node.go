@@ -216,6 +216,21 @@ func (c *Cluster) ImportImages(ctx context.Context, binDir string, tars ...strin
 	return nil
 }
 
+// KillContainer sends SIGKILL to the task of a container of the node (the ID of a pod's
+// containerStatuses without its "containerd://"), as a crash would: the process ends at once,
+// handing nothing back, and the kubelet sees a container that died.
+func (c *Cluster) KillContainer(ctx context.Context, binDir, id string) error {
+	if c.node == nil {
+		return errors.New("this cluster has no node")
+	}
+	cmd := exec.CommandContext(ctx, filepath.Join(binDir, "ctr"), "--address", c.node.containerdSocket, "--namespace", "k8s.io",
+		"tasks", "kill", "--signal", "SIGKILL", id)
+	if out, err := cmd.CombinedOutput(); err != nil {
+		return fmt.Errorf("ctr tasks kill %s: %w\n%s", id, err, out)
+	}
+	return nil
+}
+
 // stopNode is the node's part of Stop: kubelet and kube-scheduler are stopped already (they
 // were started last); containerd is stopped here, then everything else is cleaned up.
 func (c *Cluster) stopNode() error {

@@ -16,14 +16,18 @@ import (
 )
 
 // TestChartOnNode installs the chart with images built from this checkout on the node and runs
-// the demo's flow with real pods: a workload pod writes to a provisioned claim, `helm upgrade`
-// changes a value, the driver pod is killed without grace right after a batch of eleven
+// the demo's flow with real pods: `helm test` passes, a workload pod writes to a provisioned
+// claim, `helm upgrade` changes a value, the leading one of the two controller replicas is
+// killed (the other takes the Lease over and a snapshot becomes ready), `helm test` passes
+// again, the driver pod is killed without grace right after a batch of eleven
 // VolumeSnapshots is created (its StatefulSet starts it again; every snapshot becomes ready),
 // a claim restored from one of them is read
 // back by a second pod with equal checksums, and after deleting everything and `helm uninstall`
 // no PV, content, snapshot or claim is left (no stuck finalizer) and the backend is empty.
 func TestChartOnNode(t *testing.T) {
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Minute)
+	// Building the images takes most of it: 15 minutes were seen with the machine's 2 cores
+	// shared by a load average of 35.
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Minute)
 	defer cancel()
 	if testing.Short() || os.Geteuid() != 0 {
 		t.Skip("starts a node as root; skipped with -short or when not root")
@@ -37,7 +41,9 @@ func TestChartOnNode(t *testing.T) {
 		t.Skip("the node's binaries are not built: run hack/build-tools.sh node (make test does)")
 	}
 	dir := t.TempDir()
+	start := time.Now()
 	images := buildChartImages(t, ctx, bin, dir)
+	t.Logf("images built in %s", time.Since(start).Round(100*time.Millisecond))
 	n := startNodeWith(t, ctx, bin, dir, images)
 	k := kube{t: t, ctx: ctx, bin: bin, kubeconfig: n.c.Kubeconfig}
 	port := strings.TrimPrefix(n.c.URL, "https://127.0.0.1:")
@@ -48,6 +54,7 @@ func TestChartOnNode(t *testing.T) {
 		"--set", "global.kubernetesServicePort="+port, "--set", "global.imageRegistry=localhost/shutter-e2e",
 		"--set", "global.imageTag=e2e", "--set", "hostpath.kubeletDir="+n.c.KubeletDir,
 		"--set", "hostpath.dataDir="+dataDir)
+	helmTest(t, k)
 
 	k.run(claimYAML("data", "")+"---\n"+workloadPod("writer", "data", "write", "/data/set", "8", "32768"), "kubectl", "apply", "-f", "-")
 	k.run("", "kubectl", "wait", "pod/writer", "--for=jsonpath={.status.phase}=Succeeded", "--timeout=3m")
@@ -60,6 +67,8 @@ func TestChartOnNode(t *testing.T) {
 		"-o", "jsonpath={.spec.template.spec.containers[0].args}"); !strings.Contains(args, "4") {
 		t.Errorf("after helm upgrade the controller's args are %s, want logLevel 4 in them", args)
 	}
+	killLeader(t, k, n)
+	helmTest(t, k)
 
 	// A batch of snapshots, and the driver pod killed (no grace) while they are being cut.
 	batch := snapshotYAML("data-snapshot")
@@ -125,6 +134,15 @@ func buildChartImages(t *testing.T, ctx context.Context, bin, dir string) []stri
 		t.Fatal(err)
 	}
 	return append(tars, workload, provisioner)
+}
+
+// helmTest runs the chart's `helm test` (the Lease check on this node) and checks that it passed.
+func helmTest(t *testing.T, k kube) {
+	t.Helper()
+	out := k.run("", "helm", "test", "shutter", "-n", chartNamespace, "--timeout", "3m")
+	if !strings.Contains(out, "shutter-test-leases") || strings.Contains(out, "Failed") {
+		t.Errorf("helm test did not run the Lease test to success:\n%s", out)
+	}
 }
 
 // kube runs kubectl and helm against the node's control plane.

@@ -3,11 +3,17 @@
 // and one sha256 over all of them, so two pods' logs can be compared. It is static, because
 // nothing can be pulled onto the node and the image holds this binary only.
 //
+// It also serves the chart's `helm test` where Services do not route (the local node has no
+// kube-proxy): lease asks the API server, as the pod's service account, until every named Lease
+// is held and renewed within its duration (at most a minute).
+//
 //	workload write DIR [FILES [BYTES]]   (default 16 files of 65536 bytes)
 //	workload read DIR
+//	workload lease NAMESPACE NAME...
 package main
 
 import (
+	"context"
 	"crypto/sha256"
 	"encoding/hex"
 	"errors"
@@ -17,6 +23,7 @@ import (
 	"path/filepath"
 	"sort"
 	"strconv"
+	"time"
 )
 
 func main() {
@@ -28,9 +35,18 @@ func main() {
 
 func run(args []string, out io.Writer) error {
 	if len(args) < 2 {
-		return errors.New("usage: workload write DIR [FILES [BYTES]] | workload read DIR")
+		return errors.New("usage: workload write DIR [FILES [BYTES]] | workload read DIR | workload lease NAMESPACE NAME...")
 	}
 	switch args[0] {
+	case "lease":
+		if len(args) < 3 {
+			return errors.New("usage: workload lease NAMESPACE NAME...")
+		}
+		a, err := inCluster()
+		if err != nil {
+			return err
+		}
+		return checkLeases(context.Background(), a, args[1], args[2:], out, time.Minute, time.Second)
 	case "write":
 		files, err := intArg(args, 2, 16)
 		if err != nil {
@@ -45,7 +61,7 @@ func run(args []string, out io.Writer) error {
 		}
 	case "read":
 	default:
-		return fmt.Errorf("unknown command %q: want write or read", args[0])
+		return fmt.Errorf("unknown command %q: want write, read or lease", args[0])
 	}
 	return report(args[1], out)
 }

@@ -1,0 +1,128 @@
+package node
+
+import (
+	"os/exec"
+	"path/filepath"
+	"reflect"
+	"strings"
+	"testing"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	"sigs.k8s.io/yaml"
+
+	"github.com/shutter-csi/shutter/test/testenv"
+)
+
+// rendered is `helm template` of the chart, one document per kind and name.
+type rendered map[string][]byte
+
+func renderChart(t *testing.T, args ...string) rendered {
+	t.Helper()
+	bin, ok, err := testenv.BuiltTools("helm")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !ok {
+		t.Skip("helm is not built: run hack/build-tools.sh helm")
+	}
+	chart := filepath.Join(testenv.RepoRoot(), "deploy", "helm", "shutter")
+	cmd := exec.Command(filepath.Join(bin, "helm"), append([]string{"template", "shutter", chart, "-n", chartNamespace}, args...)...)
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("helm template: %v\n%s", err, out)
+	}
+	docs := rendered{}
+	for _, doc := range strings.Split(string(out), "\n---\n") {
+		var head struct {
+			Kind     string
+			Metadata struct{ Name string }
+		}
+		if err := yaml.Unmarshal([]byte(doc), &head); err != nil {
+			t.Fatalf("%v in\n%s", err, doc)
+		}
+		if head.Kind != "" {
+			docs[head.Kind+"/"+head.Metadata.Name] = []byte(doc)
+		}
+	}
+	return docs
+}
+
+func (r rendered) decode(t *testing.T, key string, into any) bool {
+	t.Helper()
+	doc, ok := r[key]
+	if !ok {
+		return false
+	}
+	if err := yaml.Unmarshal(doc, into); err != nil {
+		t.Fatalf("%s: %v", key, err)
+	}
+	return true
+}
+
+// TestLocalNodeValues renders the chart as the local node installs it: two controller replicas
+// with no port, probe or --http-endpoint (they share the node's network namespace), no metrics
+// Service or Service-based test, and the Lease test with the workload image in the node's
+// network, allowed to read the two Leases only. The defaults keep the HTTP endpoint.
+func TestLocalNodeValues(t *testing.T) {
+	docs := renderChart(t, "-f", filepath.Join(testenv.RepoRoot(), "deploy", "helm", "shutter", "ci", "local-node-values.yaml"),
+		"--set", "global.kubernetesServicePort=6443")
+	var d appsv1.Deployment
+	if !docs.decode(t, "Deployment/shutter-snapshot-controller", &d) {
+		t.Fatal("no controller Deployment")
+	}
+	if d.Spec.Replicas == nil || *d.Spec.Replicas != 2 {
+		t.Errorf("replicas %v, want 2", d.Spec.Replicas)
+	}
+	c := d.Spec.Template.Spec.Containers[0]
+	if len(c.Ports) != 0 || c.LivenessProbe != nil || c.ReadinessProbe != nil {
+		t.Errorf("ports %v, liveness %v, readiness %v: want none", c.Ports, c.LivenessProbe, c.ReadinessProbe)
+	}
+	for _, a := range c.Args {
+		if strings.HasPrefix(a, "--http-endpoint") {
+			t.Errorf("controller args hold %s", a)
+		}
+	}
+	for _, key := range []string{"Service/shutter-snapshot-controller-metrics", "Pod/shutter-test-controller-health"} {
+		if _, ok := docs[key]; ok {
+			t.Errorf("%s is rendered", key)
+		}
+	}
+	var pod corev1.Pod
+	if !docs.decode(t, "Pod/shutter-test-leases", &pod) {
+		t.Fatal("no Lease test pod")
+	}
+	wantArgs := []string{"lease", chartNamespace, "snapshot-controller-leader", "shutter-snapshotter-hostpath.csi.shutter.dev"}
+	if tc := pod.Spec.Containers[0]; tc.Image != "localhost/shutter/workload:1.0" || !reflect.DeepEqual(tc.Args, wantArgs) {
+		t.Errorf("test pod runs %s %q, want the workload image with %q", tc.Image, tc.Args, wantArgs)
+	}
+	if !pod.Spec.HostNetwork || pod.Spec.ServiceAccountName != "shutter-test-leases" {
+		t.Errorf("test pod hostNetwork %v, service account %q", pod.Spec.HostNetwork, pod.Spec.ServiceAccountName)
+	}
+	var role rbacv1.Role
+	if !docs.decode(t, "Role/shutter-test-leases", &role) {
+		t.Fatal("no Role for the Lease test")
+	}
+	wantRules := []rbacv1.PolicyRule{{APIGroups: []string{"coordination.k8s.io"}, Resources: []string{"leases"},
+		ResourceNames: wantArgs[2:], Verbs: []string{"get"}}}
+	if !reflect.DeepEqual(role.Rules, wantRules) {
+		t.Errorf("Lease test rules %+v, want %+v", role.Rules, wantRules)
+	}
+
+	defaults := renderChart(t)
+	if !defaults.decode(t, "Deployment/shutter-snapshot-controller", &d) {
+		t.Fatal("no controller Deployment")
+	}
+	if c := d.Spec.Template.Spec.Containers[0]; len(c.Ports) != 1 || c.LivenessProbe == nil || c.ReadinessProbe == nil {
+		t.Errorf("with the defaults: ports %v, liveness %v, readiness %v", c.Ports, c.LivenessProbe, c.ReadinessProbe)
+	}
+	for _, key := range []string{"Service/shutter-snapshot-controller-metrics", "Pod/shutter-test-controller-health"} {
+		if _, ok := defaults[key]; !ok {
+			t.Errorf("with the defaults %s is not rendered", key)
+		}
+	}
+	if _, ok := defaults["Pod/shutter-test-leases"]; ok {
+		t.Error("with the defaults the Lease test is rendered")
+	}
+}
