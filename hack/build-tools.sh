@@ -83,23 +83,6 @@ if [ "$(kube_version kube)" != "$(kube_version kubenode)" ]; then
   exit 2
 fi
 
-# Built from modules, the Kubernetes binaries, csi-provisioner and helm would report placeholder
-# versions (v0.0.0-master, unknown, v3.22): stamp the pinned module versions, as their own
-# release builds do. The module proxy does not serve the release commit, so gitCommit is empty.
-mod_version() { sed -n "s#^require $2 \(v[^ ]*\).*#\1#p" "$tools/$1/go.mod"; }
-kv=$(kube_version kube)
-major=${kv#v} minor=${kv#v*.}
-kube_ldflags=""
-for pkg in k8s.io/component-base/version k8s.io/client-go/pkg/version; do
-  kube_ldflags+=" -X $pkg.gitVersion=$kv -X $pkg.gitMajor=${major%%.*} -X $pkg.gitMinor=${minor%%.*}"
-  kube_ldflags+=" -X $pkg.gitCommit= -X $pkg.gitTreeState=clean"
-done
-for name in kube-apiserver kube-controller-manager kubectl kube-scheduler kubelet; do
-  ldflags[$name]=$kube_ldflags
-done
-ldflags[csi-provisioner]="-X main.version=$(mod_version provisioner github.com/kubernetes-csi/external-provisioner/v6)"
-ldflags[helm]="-X helm.sh/helm/v3/internal/version.version=$(mod_version helm helm.sh/helm/v3)"
-
 # needs_seccomp makes sure libseccomp's development files are there for runc's cgo build.
 needs_seccomp() {
   pkg-config --exists libseccomp 2>/dev/null && return 0
