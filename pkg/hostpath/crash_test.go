@@ -38,13 +38,14 @@ func buildDriver(t *testing.T) string {
 	return bin
 }
 
-// startDriver runs the binary on dir (with fsync on) and waits until it
-// answers Probe.
-func startDriver(t *testing.T, bin, dir string) *driverProcess {
+// startDriver runs the binary on dir (with fsync on and the extra flags)
+// and waits until it answers Probe.
+func startDriver(t *testing.T, bin, dir string, extra ...string) *driverProcess {
 	t.Helper()
 	sock := filepath.Join(dir, "csi.sock")
-	cmd := exec.Command(bin, "--endpoint=unix://"+sock, "--nodeid=crash-node", "--datadir="+filepath.Join(dir, "data"),
-		"--capacity=1099511627776", "--fsync=true", "--v=2")
+	args := append([]string{"--endpoint=unix://" + sock, "--nodeid=crash-node", "--datadir=" + filepath.Join(dir, "data"),
+		"--capacity=1099511627776", "--fsync=true", "--v=2"}, extra...)
+	cmd := exec.Command(bin, args...)
 	logFile, err := os.OpenFile(filepath.Join(dir, "driver.log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
 	if err != nil {
 		t.Fatal(err)
@@ -67,8 +68,9 @@ func startDriver(t *testing.T, bin, dir string) *driverProcess {
 		if err == nil {
 			break
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("driver did not come up: %v", err)
+		if time.Now().After(deadline) || cmd.ProcessState != nil {
+			log, _ := os.ReadFile(filepath.Join(dir, "driver.log"))
+			t.Fatalf("driver did not come up: %v\n%s", err, log)
 		}
 	}
 	return &driverProcess{cmd: cmd, conn: conn, ctrl: csi.NewControllerClient(conn)}

@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -18,46 +17,7 @@ import (
 
 	"github.com/container-storage-interface/spec/lib/go/csi"
 	"github.com/shutter-csi/shutter/pkg/mountinfo"
-	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
 )
-
-// startImageDriver runs the driver binary on dir with image-backed
-// volumes and fsync on, and waits until it answers Probe.
-func startImageDriver(t *testing.T, bin, dir string) *driverProcess {
-	t.Helper()
-	sock := filepath.Join(dir, "csi.sock")
-	cmd := exec.Command(bin, "--endpoint=unix://"+sock, "--nodeid=crash-node", "--datadir="+filepath.Join(dir, "data"),
-		"--capacity=1099511627776", "--fsync=true", "--volume-backing=image", "--v=2")
-	logFile, err := os.OpenFile(filepath.Join(dir, "driver.log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cmd.Stdout, cmd.Stderr = logFile, logFile
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait(); _ = logFile.Close() })
-	conn, err := grpc.NewClient("unix://"+sock, grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = conn.Close() })
-	ident := csi.NewIdentityClient(conn)
-	for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(20 * time.Millisecond) {
-		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
-		_, err := ident.Probe(ctx, &csi.ProbeRequest{})
-		cancel()
-		if err == nil {
-			break
-		}
-		if time.Now().After(deadline) || cmd.ProcessState != nil {
-			log, _ := os.ReadFile(filepath.Join(dir, "driver.log"))
-			t.Fatalf("driver did not come up: %v\n%s", err, log)
-		}
-	}
-	return &driverProcess{cmd: cmd, conn: conn, ctrl: csi.NewControllerClient(conn)}
-}
 
 // imageCrashWorld tracks what the killed drivers acknowledged.
 type imageCrashWorld struct {
@@ -89,7 +49,7 @@ func TestImageVolumesSurviveKills(t *testing.T) {
 	w := &imageCrashWorld{acked: map[string]string{}, deleting: map[string]bool{}}
 	rng := rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), 15))
 	for round := range rounds {
-		p := startImageDriver(t, bin, dir)
+		p := startDriver(t, bin, dir, "--volume-backing=image")
 		w.check(t, p, dir)
 		var wg sync.WaitGroup
 		ctx, cancel := context.WithCancel(context.Background())
@@ -101,7 +61,7 @@ func TestImageVolumesSurviveKills(t *testing.T) {
 		cancel()
 		wg.Wait()
 	}
-	p := startImageDriver(t, bin, dir)
+	p := startDriver(t, bin, dir, "--volume-backing=image")
 	w.check(t, p, dir)
 	t.Logf("%d creates and %d deletes acknowledged over %d kills; %d volumes left", w.creates, w.deletes, rounds, len(w.acked))
 	for id := range w.acked {
