@@ -107,23 +107,39 @@ func (g *groups) ensureMemberSnapshot(ctx context.Context, vgs *groupv1.VolumeGr
 }
 
 // ensureMemberContent creates the pre-provisioned content of a member, bound to its snapshot
-// from the start, with the status the group content reported for it.
+// from the start, and writes into its status what the group content reported for it. No sidecar
+// reports on a member content, so a content found without its handle in status (the status
+// write failed, or this or another replica stopped between the create and that write) gets the
+// status written here; otherwise the member would never become ready, nor its group.
 func (g *groups) ensureMemberContent(ctx context.Context, vs *snapshotv1.VolumeSnapshot,
 	group *groupv1.VolumeGroupSnapshotContent, info groupv1.VolumeSnapshotInfo) error {
 	name := *vs.Spec.Source.VolumeSnapshotContentName
-	if _, err := g.Controller.contents.Get(name); err == nil {
-		return nil
-	} else if !apierrors.IsNotFound(err) {
+	content, err := g.Controller.contents.Get(name)
+	switch {
+	case err == nil:
+		content = g.Controller.contentWrites.Latest(content)
+	case !apierrors.IsNotFound(err):
 		return err
+	default:
+		content, _ = g.Controller.contentWrites.Get(controller.Key{Name: name})
 	}
-	if _, ok := g.Controller.contentWrites.Get(controller.Key{Name: name}); ok {
+	if content == nil {
+		if content, err = g.createMemberContent(ctx, vs, group, info); err != nil {
+			return err
+		}
+	}
+	if content.DeletionTimestamp != nil || (content.Status != nil && content.Status.SnapshotHandle != nil) {
 		return nil
 	}
-	handle := *group.Status.VolumeGroupSnapshotHandle
+	return g.writeMemberStatus(ctx, vs, content, group, info)
+}
+
+func (g *groups) createMemberContent(ctx context.Context, vs *snapshotv1.VolumeSnapshot,
+	group *groupv1.VolumeGroupSnapshotContent, info groupv1.VolumeSnapshotInfo) (*snapshotv1.VolumeSnapshotContent, error) {
 	content := &snapshotv1.VolumeSnapshotContent{
 		ObjectMeta: metav1.ObjectMeta{
-			Name: name, Finalizers: []string{protocol.ContentBoundFinalizer},
-			Annotations: map[string]string{protocol.AnnGroupSnapshotHandle: handle},
+			Name: *vs.Spec.Source.VolumeSnapshotContentName, Finalizers: []string{protocol.ContentBoundFinalizer},
+			Annotations: map[string]string{protocol.AnnGroupSnapshotHandle: *group.Status.VolumeGroupSnapshotHandle},
 		},
 		Spec: snapshotv1.VolumeSnapshotContentSpec{
 			VolumeSnapshotRef: corev1.ObjectReference{
@@ -134,17 +150,21 @@ func (g *groups) ensureMemberContent(ctx context.Context, vs *snapshotv1.VolumeS
 			Source: snapshotv1.VolumeSnapshotContentSource{SnapshotHandle: ptr(info.SnapshotHandle)},
 		},
 	}
-	created, err := g.createContent(ctx, content)
-	if err != nil {
-		return err
-	}
-	created.Status = &snapshotv1.VolumeSnapshotContentStatus{
+	return g.createContent(ctx, content)
+}
+
+// writeMemberStatus writes the member's report from the group content into its content's status.
+func (g *groups) writeMemberStatus(ctx context.Context, vs *snapshotv1.VolumeSnapshot, content *snapshotv1.VolumeSnapshotContent,
+	group *groupv1.VolumeGroupSnapshotContent, info groupv1.VolumeSnapshotInfo) error {
+	updated := content.DeepCopy()
+	updated.Status = &snapshotv1.VolumeSnapshotContentStatus{
 		SnapshotHandle: ptr(info.SnapshotHandle), CreationTime: info.CreationTime, RestoreSize: info.RestoreSize,
-		ReadyToUse: ptr(info.ReadyToUse == nil || *info.ReadyToUse), VolumeGroupSnapshotHandle: &handle,
+		ReadyToUse:                ptr(info.ReadyToUse == nil || *info.ReadyToUse),
+		VolumeGroupSnapshotHandle: ptr(*group.Status.VolumeGroupSnapshotHandle),
 	}
-	result, err := g.contentClient.SnapshotV1().VolumeSnapshotContents().UpdateStatus(ctx, created, metav1.UpdateOptions{})
+	result, err := g.contentClient.SnapshotV1().VolumeSnapshotContents().UpdateStatus(ctx, updated, metav1.UpdateOptions{})
 	if err != nil {
-		return fmt.Errorf("member content %s status: %w", name, err)
+		return fmt.Errorf("member content %s status: %w", content.Name, err)
 	}
 	g.Controller.contentWrites.Record(result)
 	// Our own status write raises no event for the member's sync; wake it here.
