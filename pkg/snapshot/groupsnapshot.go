@@ -89,6 +89,7 @@ func (g *groups) syncBoundGroup(ctx context.Context, vgs *groupv1.VolumeGroupSna
 		if content, err = patchObject(ctx, g.contentClient.GroupsnapshotV1().VolumeGroupSnapshotContents().Patch, g.contentWrites, content, updated); err != nil {
 			return err
 		}
+		g.contentQueue.Add(controller.KeyOf(content)) // as in bindContent: vgs may be gone already
 	}
 	if vgs, err = g.ensureGroupFinalizer(ctx, vgs); err != nil {
 		return err

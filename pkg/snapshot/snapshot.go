@@ -106,7 +106,15 @@ func (c *Controller) bindContent(ctx context.Context, content *snapshotv1.Volume
 	updated.Spec.VolumeSnapshotRef.Kind = "VolumeSnapshot"
 	updated.Finalizers, _ = withFinalizers(updated.Finalizers, []string{protocol.ContentBoundFinalizer}, nil)
 	klog.FromContext(ctx).V(2).Info("Binding content", "content", content.Name)
-	return c.patchContent(ctx, content, updated)
+	bound, err := c.patchContent(ctx, content, updated)
+	if err != nil {
+		return nil, err
+	}
+	// Our own write raises no event. If vs was deleted while this sync ran, the content's sync
+	// for that deletion may have run already and seen the content unbound; it must look again,
+	// now that the content names vs, or a Delete-policy content would outlive its snapshot.
+	c.contentQueue.Add(controller.KeyOf(bound))
+	return bound, nil
 }
 
 // ensureSnapshotFinalizers adds the as-source finalizer, and the bound one for a Delete policy.
