@@ -50,6 +50,11 @@ func (c *Controller) finalizeSnapshot(ctx context.Context, vs *snapshotv1.Volume
 			return err
 		}
 	}
+	// The claim goes first: once the snapshot's last finalizer is off, the snapshot is gone and
+	// no later sync would release the claim if this write failed.
+	if err := c.releaseClaim(ctx, vs); err != nil {
+		return err
+	}
 	updated := vs.DeepCopy()
 	updated.Finalizers, _ = withFinalizers(vs.Finalizers, nil, ours)
 	if _, err := c.patchSnapshot(ctx, vs, updated); err != nil {
@@ -57,7 +62,7 @@ func (c *Controller) finalizeSnapshot(ctx context.Context, vs *snapshotv1.Volume
 	}
 	metrics.Operations.WithLabelValues(metrics.OperationDelete, metrics.StatusSuccess).
 		Observe(c.clock.Since(vs.DeletionTimestamp.Time).Seconds())
-	return c.releaseClaim(ctx, vs)
+	return nil
 }
 
 // contentReleaser hands single contents to the sidecar.

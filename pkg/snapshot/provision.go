@@ -31,10 +31,13 @@ func (c *Controller) provision(ctx context.Context, vs *snapshotv1.VolumeSnapsho
 	if err != nil {
 		return c.fail(ctx, vs, ReasonInvalidSecret, err)
 	}
-	if err := c.protectClaim(ctx, pvc); err != nil {
+	// The snapshot's finalizers go on before the claim's: a snapshot deleted between the two
+	// writes must still be finalized, which releases the claim. The other way round it could go
+	// at once and leave the claim protected for good.
+	if vs, err = c.ensureSnapshotFinalizers(ctx, vs, class.DeletionPolicy, class.Name); err != nil {
 		return err
 	}
-	if vs, err = c.ensureSnapshotFinalizers(ctx, vs, class.DeletionPolicy, class.Name); err != nil {
+	if err := c.protectClaim(ctx, pvc); err != nil {
 		return err
 	}
 	created, err := c.createContent(ctx, content)
