@@ -6,6 +6,13 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/utils/ptr"
+
+	snapshotv1 "github.com/shutter-csi/shutter/client/apis/volumesnapshot/v1"
 )
 
 // TestChaosShort is the short seeded chaos run of `make test`: every fault kind once during a
@@ -121,5 +128,29 @@ func TestRetryCreep(t *testing.T) {
 	creeping := []sample{{At: 0, Retries: 0}, {At: 10, Retries: 1}, {At: 20, Retries: 30}, {At: 30, Retries: 100}}
 	if msg := retryCreep(creeping); msg == "" {
 		t.Error("creeping retries not flagged")
+	}
+}
+
+// TestContentChecks: a content bound to a gone snapshot is an orphan unless Retain; a
+// pre-provisioned content never bound (empty ref uid) whose snapshot is gone is counted apart.
+func TestContentChecks(t *testing.T) {
+	content := func(name, ref string, uid types.UID, policy snapshotv1.DeletionPolicy) snapshotv1.VolumeSnapshotContent {
+		return snapshotv1.VolumeSnapshotContent{ObjectMeta: metav1.ObjectMeta{Name: name},
+			Spec: snapshotv1.VolumeSnapshotContentSpec{VolumeSnapshotRef: corev1.ObjectReference{Name: ref, UID: uid},
+				DeletionPolicy: policy, Source: snapshotv1.VolumeSnapshotContentSource{SnapshotHandle: ptr.To("h-" + name)}}}
+	}
+	s := &state{snaps: map[string]snapshotv1.VolumeSnapshot{}, backend: map[string]bool{"h-a": true, "h-b": true, "h-c": true}}
+	s.contents = []snapshotv1.VolumeSnapshotContent{
+		content("a", "gone-a", "uid-a", snapshotv1.VolumeSnapshotContentDelete),
+		content("b", "gone-b", "", snapshotv1.VolumeSnapshotContentDelete),
+		content("c", "gone-c", "uid-c", snapshotv1.VolumeSnapshotContentRetain),
+	}
+	got := s.contentChecks()
+	if len(got) != 1 || got[0].Invariant != "no content without its snapshot (except Retain)" ||
+		len(got[0].Objects) != 1 || got[0].Objects[0] != "VolumeSnapshotContent a of gone-a" {
+		t.Errorf("violations %+v", got)
+	}
+	if len(s.unbound) != 1 || s.unbound[0] != "VolumeSnapshotContent b of gone-b" {
+		t.Errorf("never bound %v", s.unbound)
 	}
 }

@@ -47,9 +47,11 @@ type report struct {
 	Violations      []violation            `json:"violations"`
 	RefusedDeposed  []string               `json:"refusedDeposedWrites,omitempty"`
 	InjectedFailed  []string               `json:"snapshotsFailedAsInjected,omitempty"`
-	WorkloadErrors  []string               `json:"workloadErrors,omitempty"`
-	LeaderTerms     int                    `json:"leaderTerms"`
-	FaultLog        []*fault               `json:"faultLog"`
+	// NeverBound are pre-provisioned contents whose snapshot was deleted before it was bound.
+	NeverBound     []string `json:"preProvisionedNeverBound,omitempty"`
+	WorkloadErrors []string `json:"workloadErrors,omitempty"`
+	LeaderTerms    int      `json:"leaderTerms"`
+	FaultLog       []*fault `json:"faultLog"`
 }
 
 // runChaos runs one chaos run and returns its report; err is for the harness failing, not
@@ -157,6 +159,9 @@ func (r *report) print(out io.Writer) {
 	if len(r.InjectedFailed) > 0 {
 		fmt.Fprintf(out, "snapshots failed by an injected final error (allowed): %d\n", len(r.InjectedFailed))
 	}
+	if len(r.NeverBound) > 0 {
+		fmt.Fprintf(out, "pre-provisioned contents never bound (snapshot deleted first; the admin's to delete): %d\n", len(r.NeverBound))
+	}
 	if len(r.RefusedDeposed) > 0 {
 		fmt.Fprintf(out, "writes of a deposed leader that the API server refused: %d\n", len(r.RefusedDeposed))
 	}
@@ -221,6 +226,8 @@ func (e *env) afterChecks(ctx context.Context, rep *report, terms *leases) ([]vi
 	var violations []violation
 	if s, err := e.read(ctx); err == nil {
 		rep.InjectedFailed = s.failed
+		s.contentChecks()
+		rep.NeverBound = s.unbound
 	}
 	for name, ids := range e.csi.duplicates() {
 		violations = append(violations, violation{Invariant: "at most one backend snapshot per content",
