@@ -2,7 +2,11 @@ package main
 
 import (
 	"context"
+	"fmt"
+	"os"
+	"path/filepath"
 	"reflect"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -152,5 +156,52 @@ func TestContentChecks(t *testing.T) {
 	}
 	if len(s.unbound) != 1 || s.unbound[0] != "VolumeSnapshotContent b of gone-b" {
 		t.Errorf("never bound %v", s.unbound)
+	}
+}
+
+// TestDeposedWrites: a write received after the successor acquired the Lease is a violation
+// unless the writer's fence found its Lease fresh before that (late), or the API refused it.
+func TestDeposedWrites(t *testing.T) {
+	t0 := time.Date(2026, 12, 2, 0, 22, 28, 0, time.UTC)
+	terms := []term{{Replica: "snapshot-controller-1", Acquired: t0.Add(-time.Minute)}, {Replica: "snapshot-controller-0", Acquired: t0}}
+	entry := func(name string, received time.Time, checked time.Time, code int) string {
+		ua := "snapshot-controller/v1"
+		if !checked.IsZero() {
+			ua += " " + leaseCheckedTag + strconv.FormatInt(checked.UnixNano(), 10)
+		}
+		ua += " " + userAgentTag + "snapshot-controller-1"
+		return fmt.Sprintf(`{"stage":"ResponseComplete","verb":"patch","userAgent":%q,"requestReceivedTimestamp":%q,"objectRef":{"resource":"volumesnapshots","namespace":"ns","name":%q},"responseStatus":{"code":%d}}`,
+			ua, received.Format(time.RFC3339Nano), name, code)
+	}
+	lines := []string{
+		entry("before", t0.Add(-time.Second), t0.Add(-2*time.Second), 200),
+		entry("late", t0.Add(4*time.Second), t0.Add(-8*time.Second), 200),
+		entry("decided-deposed", t0.Add(4*time.Second), t0.Add(3*time.Second), 200),
+		entry("unfenced", t0.Add(4*time.Second), time.Time{}, 200),
+		entry("refused", t0.Add(4*time.Second), t0.Add(3*time.Second), 409),
+	}
+	path := filepath.Join(t.TempDir(), "audit.log")
+	if err := os.WriteFile(path, []byte(strings.Join(lines, "\n")+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	accepted, refused, late, err := deposedWrites(path, terms)
+	if err != nil {
+		t.Fatal(err)
+	}
+	names := func(list []string) string {
+		var out []string
+		for _, l := range list {
+			out = append(out, strings.Fields(l)[3])
+		}
+		return strings.Join(out, ",")
+	}
+	if got := names(accepted); got != "ns/decided-deposed,ns/unfenced" {
+		t.Errorf("violations %s", got)
+	}
+	if got := names(late); got != "ns/late" {
+		t.Errorf("late %s", got)
+	}
+	if got := names(refused); got != "ns/refused" {
+		t.Errorf("refused %s", got)
 	}
 }

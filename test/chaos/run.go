@@ -46,7 +46,10 @@ type report struct {
 	DrainSeconds    float64                `json:"drainSeconds"`
 	Violations      []violation            `json:"violations"`
 	RefusedDeposed  []string               `json:"refusedDeposedWrites,omitempty"`
-	InjectedFailed  []string               `json:"snapshotsFailedAsInjected,omitempty"`
+	// LateDeposed are writes a leader's fence let through before its successor acquired the
+	// Lease that arrived after (the process was frozen in between).
+	LateDeposed    []string `json:"lateDeposedWrites,omitempty"`
+	InjectedFailed []string `json:"snapshotsFailedAsInjected,omitempty"`
 	// NeverBound are pre-provisioned contents whose snapshot was deleted before it was bound.
 	NeverBound     []string `json:"preProvisionedNeverBound,omitempty"`
 	WorkloadErrors []string `json:"workloadErrors,omitempty"`
@@ -162,6 +165,9 @@ func (r *report) print(out io.Writer) {
 	if len(r.NeverBound) > 0 {
 		fmt.Fprintf(out, "pre-provisioned contents never bound (snapshot deleted first; the admin's to delete): %d\n", len(r.NeverBound))
 	}
+	if len(r.LateDeposed) > 0 {
+		fmt.Fprintf(out, "writes checked by a leader's fence before its successor started, received after: %d\n", len(r.LateDeposed))
+	}
 	if len(r.RefusedDeposed) > 0 {
 		fmt.Fprintf(out, "writes of a deposed leader that the API server refused: %d\n", len(r.RefusedDeposed))
 	}
@@ -235,7 +241,7 @@ func (e *env) afterChecks(ctx context.Context, rep *report, terms *leases) ([]vi
 	}
 	history := terms.history()
 	rep.LeaderTerms = len(history)
-	accepted, refused, err := deposedWrites(filepath.Join(e.cluster.Dir, "audit.log"), history)
+	accepted, refused, late, err := deposedWrites(filepath.Join(e.cluster.Dir, "audit.log"), history)
 	if err != nil {
 		return nil, err
 	}
@@ -243,5 +249,6 @@ func (e *env) afterChecks(ctx context.Context, rep *report, terms *leases) ([]vi
 		violations = append(violations, violation{Invariant: "no API write from a deposed leader", Objects: accepted})
 	}
 	rep.RefusedDeposed = refused
+	rep.LateDeposed = late
 	return violations, nil
 }
