@@ -210,7 +210,7 @@ func (e *Elector) Run(ctx context.Context, cs kubernetes.Interface, run func(ctx
 	})
 	defer stopWaiting()
 	le, err := leaderelection.NewLeaderElector(leaderelection.LeaderElectionConfig{
-		Lock: lock, Name: e.name, ReleaseOnCancel: true, WatchDog: e.watchdog,
+		Lock: &ownReleaseLock{Interface: lock}, Name: e.name, ReleaseOnCancel: true, WatchDog: e.watchdog,
 		LeaseDuration: e.opts.LeaseDuration, RenewDeadline: e.opts.RenewDeadline, RetryPeriod: e.opts.RetryPeriod,
 		Callbacks: leaderelection.LeaderCallbacks{
 			OnStartedLeading: func(leaderCtx context.Context) {
