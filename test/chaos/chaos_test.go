@@ -205,3 +205,18 @@ func TestDeposedWrites(t *testing.T) {
 		t.Errorf("refused %s", got)
 	}
 }
+
+// TestTally: a kind's convergence time is counted from its last injection, not its first.
+func TestTally(t *testing.T) {
+	t0 := time.Date(2026, 12, 2, 1, 0, 0, 0, time.UTC)
+	lanes := map[string][]*fault{"process": {
+		{Kind: "kill-driver", Ended: t0, Injected: true},
+		{Kind: "kill-driver", Ended: t0.Add(50 * time.Second), Injected: true},
+		{Kind: "kill-driver", Ended: t0.Add(60 * time.Second)},
+	}}
+	r := &report{Faults: map[string]*kindReport{}}
+	r.tally(lanes, t0.Add(80*time.Second))
+	if got := *r.Faults["kill-driver"]; got != (kindReport{Injected: 2, Failed: 1, ConvergedAfterLast: 30}) {
+		t.Errorf("tally %+v", got)
+	}
+}

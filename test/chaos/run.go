@@ -219,8 +219,11 @@ func (r *report) tally(lanes map[string][]*fault, convergedAt time.Time) {
 				kr.Failed++
 				continue
 			}
+			after := convergedAt.Sub(f.Ended).Seconds()
+			if kr.Injected == 0 || after < kr.ConvergedAfterLast { // the kind's last injection
+				kr.ConvergedAfterLast = after
+			}
 			kr.Injected++
-			kr.ConvergedAfterLast = max(kr.ConvergedAfterLast, convergedAt.Sub(f.Ended).Seconds())
 		}
 	}
 	sort.Slice(r.FaultLog, func(i, j int) bool { return r.FaultLog[i].Started.Before(r.FaultLog[j].Started) })
