@@ -5,6 +5,7 @@ import (
 	"errors"
 	"net/http"
 	"net/http/httptest"
+	"strconv"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -80,7 +81,11 @@ func TestElectorHandsBackLeaseAfterRun(t *testing.T) {
 // leader that resumed) reads but cannot write; once fresh, it writes.
 func TestFencedRefusesWritesWhenNotFresh(t *testing.T) {
 	var reached atomic.Int32
-	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { reached.Add(1) }))
+	var checked atomic.Value
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		reached.Add(1)
+		checked.Store(r.Header.Get(LeaseCheckedHeader))
+	}))
 	defer srv.Close()
 	e := NewElector(LeaderElectionOptions{Enabled: true, LeaseDuration: 15 * time.Second, RenewDeadline: 10 * time.Second}, "fence")
 	var fresh atomic.Bool
@@ -109,8 +114,12 @@ func TestFencedRefusesWritesWhenNotFresh(t *testing.T) {
 		t.Errorf("%d requests reached the server, want only the GET", n)
 	}
 	fresh.Store(true)
+	before := time.Now()
 	if err := do(http.MethodPatch); err != nil {
 		t.Errorf("PATCH while fresh: %v", err)
+	}
+	if ns, err := strconv.ParseInt(checked.Load().(string), 10, 64); err != nil || time.Unix(0, ns).Before(before) || time.Unix(0, ns).After(time.Now()) {
+		t.Errorf("%s header %q, want the time of the check", LeaseCheckedHeader, checked.Load())
 	}
 	if n := reached.Load(); n != 2 {
 		t.Errorf("%d requests reached the server, want 2", n)

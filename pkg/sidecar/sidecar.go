@@ -90,18 +90,14 @@ func Run(ctx context.Context, opts Options) error {
 			return err
 		}
 	}
-	kube, err := kubernetes.NewForConfig(app.Protobuf(cfg))
-	if err != nil {
-		return err
-	}
-	snapshots, err := clientset.NewForConfig(cfg)
+	elector := app.NewElector(opts.LeaderElection, LeaseName(driver.DriverName()))
+	c, err := newClients(cfg, elector)
 	if err != nil {
 		return err
 	}
 	reg := app.Registry()
 	names.RegisterWorkqueue(reg) // before any queue exists, so every queue reports
-	s := &sidecar{opts: opts, csi: driver, kube: kube, snapshots: snapshots, metrics: newMetrics(reg), cfg: cfg}
-	elector := app.NewElector(opts.LeaderElection, LeaseName(driver.DriverName()))
+	s := &sidecar{opts: opts, csi: driver, kube: c.kube, snapshots: c.snapshots, metrics: newMetrics(reg), cfg: cfg}
 	var wg sync.WaitGroup
 	wg.Go(func() {
 		if err := app.ServeHTTP(ctx, opts.HTTP, gatherer(reg, csiMetrics.GetRegistry()), elector.Check()); err != nil {
@@ -109,7 +105,29 @@ func Run(ctx context.Context, opts Options) error {
 		}
 	})
 	defer wg.Wait()
-	return elector.Run(ctx, kube, s.run)
+	return elector.Run(ctx, c.lease, s.run)
+}
+
+// clients are the sidecar's API clients.
+type clients struct {
+	// lease renews the leader election Lease; it is not fenced.
+	lease kubernetes.Interface
+	// kube (events, secret reads) and snapshots (content writes) go through the elector's
+	// fence: a paused leader that resumes writes nothing once another replica may lead.
+	kube      kubernetes.Interface
+	snapshots clientset.Interface
+}
+
+func newClients(cfg *rest.Config, elector *app.Elector) (c clients, err error) {
+	if c.lease, err = kubernetes.NewForConfig(app.Protobuf(cfg)); err != nil {
+		return c, err
+	}
+	fenced := elector.Fenced(cfg)
+	if c.kube, err = kubernetes.NewForConfig(app.Protobuf(fenced)); err != nil {
+		return c, err
+	}
+	c.snapshots, err = clientset.NewForConfig(fenced)
+	return c, err
 }
 
 // LeaseName is the leader election Lease of the sidecars of driver.

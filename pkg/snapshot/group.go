@@ -260,4 +260,4 @@ func (k *groupKind) finalizing(ctx context.Context, vgs *groupv1.VolumeGroupSnap
 	return []string{protocol.GroupSnapshotBoundFinalizer}, nil
 }
 
-func (*groupKind) released(context.Context, *groupv1.VolumeGroupSnapshot) error { return nil }
+func (*groupKind) releasing(context.Context, *groupv1.VolumeGroupSnapshot) error { return nil }

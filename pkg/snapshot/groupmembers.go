@@ -119,24 +119,40 @@ func (m members) ensureSnapshot(ctx context.Context, vgs *groupv1.VolumeGroupSna
 	return created, nil
 }
 
-// ensureContent creates the pre-provisioned content of a member, bound to its snapshot
-// from the start, with the status the group content reported for it.
+// ensureContent creates the pre-provisioned content of a member, bound to its snapshot from the
+// start, and writes into its status what the group content reported for it. No sidecar reports
+// on a member content, so a content found without its handle in status (the status write failed,
+// or this or another replica stopped between the create and that write) gets the status written
+// here; otherwise the member would never become ready, nor its group.
 func (m members) ensureContent(ctx context.Context, vs *snapshotv1.VolumeSnapshot,
 	group *groupv1.VolumeGroupSnapshotContent, info groupv1.VolumeSnapshotInfo) error {
 	name := *vs.Spec.Source.VolumeSnapshotContentName
-	if _, err := m.contents.Get(name); err == nil {
-		return nil
-	} else if !apierrors.IsNotFound(err) {
+	content, err := m.contents.Get(name)
+	switch {
+	case err == nil:
+		content = m.contentWriter.Cache().Latest(content)
+	case !apierrors.IsNotFound(err):
 		return err
+	default:
+		content, _ = m.contentWriter.Cache().Get(controller.Key{Name: name})
 	}
-	if _, ok := m.contentWriter.Cache().Get(controller.Key{Name: name}); ok {
+	if content == nil {
+		if content, err = m.createContent(ctx, vs, group, info); err != nil {
+			return err
+		}
+	}
+	if content.DeletionTimestamp != nil || (content.Status != nil && content.Status.SnapshotHandle != nil) {
 		return nil
 	}
-	handle := *group.Status.VolumeGroupSnapshotHandle
+	return m.writeStatus(ctx, vs, content, group, info)
+}
+
+func (m members) createContent(ctx context.Context, vs *snapshotv1.VolumeSnapshot,
+	group *groupv1.VolumeGroupSnapshotContent, info groupv1.VolumeSnapshotInfo) (*snapshotv1.VolumeSnapshotContent, error) {
 	content := &snapshotv1.VolumeSnapshotContent{
 		ObjectMeta: metav1.ObjectMeta{
-			Name: name, Finalizers: []string{protocol.ContentBoundFinalizer},
-			Annotations: map[string]string{protocol.AnnGroupSnapshotHandle: handle},
+			Name: *vs.Spec.Source.VolumeSnapshotContentName, Finalizers: []string{protocol.ContentBoundFinalizer},
+			Annotations: map[string]string{protocol.AnnGroupSnapshotHandle: *group.Status.VolumeGroupSnapshotHandle},
 		},
 		Spec: snapshotv1.VolumeSnapshotContentSpec{
 			VolumeSnapshotRef: corev1.ObjectReference{
@@ -147,18 +163,21 @@ func (m members) ensureContent(ctx context.Context, vs *snapshotv1.VolumeSnapsho
 			Source: snapshotv1.VolumeSnapshotContentSource{SnapshotHandle: ptr(info.SnapshotHandle)},
 		},
 	}
-	created, err := m.contentWriter.Create(ctx, content)
-	if err != nil {
-		return err
-	}
-	created.Status = &snapshotv1.VolumeSnapshotContentStatus{
+	return m.contentWriter.Create(ctx, content)
+}
+
+// writeStatus writes the member's report from the group content into its content's status.
+func (m members) writeStatus(ctx context.Context, vs *snapshotv1.VolumeSnapshot, content *snapshotv1.VolumeSnapshotContent,
+	group *groupv1.VolumeGroupSnapshotContent, info groupv1.VolumeSnapshotInfo) error {
+	updated := content.DeepCopy()
+	updated.Status = &snapshotv1.VolumeSnapshotContentStatus{
 		SnapshotHandle: ptr(info.SnapshotHandle), CreationTime: info.CreationTime, RestoreSize: info.RestoreSize,
-		ReadyToUse: ptr(info.ReadyToUse == nil || *info.ReadyToUse), VolumeGroupSnapshotHandle: &handle,
+		ReadyToUse:                ptr(info.ReadyToUse == nil || *info.ReadyToUse),
+		VolumeGroupSnapshotHandle: ptr(*group.Status.VolumeGroupSnapshotHandle),
 	}
-	if _, err := m.contentWriter.UpdateStatus(ctx, created); err != nil {
+	if _, err := m.contentWriter.UpdateStatus(ctx, updated); err != nil {
 		return err
 	}
-	// Our own status write raises no event for the member's sync; wake it here.
 	m.wake(controller.KeyOf(vs))
 	return nil
 }

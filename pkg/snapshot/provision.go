@@ -16,7 +16,7 @@ import (
 )
 
 // plan checks a dynamic snapshot's source claim and class and builds its content; the claim is
-// protected with a finalizer before the snapshot gets its own.
+// protected with a finalizer after the snapshot got its own.
 func (k *snapshotKind) plan(_ context.Context, vs *snapshotv1.VolumeSnapshot) (plan[*snapshotv1.VolumeSnapshotContent], error) {
 	var p plan[*snapshotv1.VolumeSnapshotContent]
 	pvc, pv, err := k.sourceVolume(vs)

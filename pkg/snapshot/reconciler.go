@@ -77,8 +77,8 @@ type kind[S kube.Object[S], C kube.Object[C]] interface {
 	// finalizing runs first when s is being deleted: it returns the finalizers of s to drop now,
 	// or none to stop here (s is held, or there is nothing left to do).
 	finalizing(ctx context.Context, s S, c C, found bool) ([]string, error)
-	// released runs after s's finalizers were dropped.
-	released(ctx context.Context, s S) error
+	// releasing runs before s's finalizers are dropped (its source claim's protection).
+	releasing(ctx context.Context, s S) error
 }
 
 // kindKeys are the names, protocol keys and event reasons of one pair of kinds.
@@ -108,7 +108,8 @@ type plan[C any] struct {
 	content C
 	policy  snapshotv1.DeletionPolicy
 	class   string
-	// prepare, when set, is a write that must land before the snapshot's finalizers.
+	// prepare, when set, is a write that must land after the snapshot's finalizers and before
+	// the content is created.
 	prepare func(ctx context.Context) error
 }
 

@@ -232,7 +232,8 @@ func (k *snapshotKind) afterBound(ctx context.Context, vs *snapshotv1.VolumeSnap
 	return k.releaseClaim(ctx, vs)
 }
 
-func (k *snapshotKind) released(ctx context.Context, vs *snapshotv1.VolumeSnapshot) error {
+// releasing lets the source claim go when the snapshot's finalizers are about to be dropped.
+func (k *snapshotKind) releasing(ctx context.Context, vs *snapshotv1.VolumeSnapshot) error {
 	return k.releaseClaim(ctx, vs)
 }
 

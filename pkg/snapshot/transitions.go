@@ -35,13 +35,16 @@ func (r *reconciler[S, C]) provision(ctx context.Context, s S) error {
 	} else if err != nil {
 		return err
 	}
+	// The snapshot's finalizers go on before prepare's write (the claim's finalizer): a snapshot
+	// deleted between the two must still be finalized, which releases the claim. The other way
+	// round it could be gone at once and leave the claim protected for good.
+	if s, err = r.ensureFinalizers(ctx, s, p.policy, p.class); err != nil {
+		return err
+	}
 	if p.prepare != nil {
 		if err := p.prepare(ctx); err != nil {
 			return err
 		}
-	}
-	if s, err = r.ensureFinalizers(ctx, s, p.policy, p.class); err != nil {
-		return err
 	}
 	created, err := r.contents.Create(ctx, p.content)
 	if apierrors.IsAlreadyExists(err) {
@@ -94,7 +97,15 @@ func (r *reconciler[S, C]) bind(ctx context.Context, c C, s S) (C, error) {
 	finalizers, _ := kube.WithFinalizers(updated.GetFinalizers(), []string{r.keys.contentFinalizer}, nil)
 	updated.SetFinalizers(finalizers)
 	klog.FromContext(ctx).V(2).Info("Binding content", "content", c.GetName())
-	return r.contents.Patch(ctx, c, updated)
+	bound, err := r.contents.Patch(ctx, c, updated)
+	if err != nil {
+		return bound, err
+	}
+	// Our own write raises no event. If s was deleted while this sync ran, the content's sync for
+	// that deletion may have run already and seen the content unbound; it must look again, now
+	// that the content names s, or a Delete-policy content would outlive its snapshot.
+	r.contentQueue.Add(controller.KeyOf(bound))
+	return bound, nil
 }
 
 // ensureFinalizers adds the snapshot's finalizers for a content with policy. A class chosen as
@@ -182,6 +193,11 @@ func (r *reconciler[S, C]) finalize(ctx context.Context, s S) error {
 			return err
 		}
 	}
+	// What the kind releases goes first: once the last finalizer is off the snapshot is gone, and
+	// no later sync would retry it if its write failed.
+	if err := r.kind.releasing(ctx, s); err != nil {
+		return err
+	}
 	updated := s.DeepCopy()
 	finalizers, _ := kube.WithFinalizers(s.GetFinalizers(), nil, ours)
 	updated.SetFinalizers(finalizers)
@@ -190,7 +206,7 @@ func (r *reconciler[S, C]) finalize(ctx context.Context, s S) error {
 	}
 	klog.FromContext(ctx).V(2).Info("Snapshot released")
 	r.observe(r.keys.opDelete, metrics.StatusSuccess, *s.GetDeletionTimestamp())
-	return r.kind.released(ctx, s)
+	return nil
 }
 
 // syncContent looks after a content whose snapshot is gone: with a Delete policy, or when the

@@ -110,6 +110,14 @@ func newClass(name string, isDefault bool, params map[string]string) *snapshotv1
 
 // testController builds a Controller on fake clientsets whose informer stores hold objs.
 func testController(t *testing.T, objs ...runtime.Object) (*Controller, *kubefake.Clientset, *snapfake.Clientset, *record.FakeRecorder) {
+	c, kube, snap, recorder, _ := testControllerInformers(t, objs...)
+	return c, kube, snap, recorder
+}
+
+// testControllerInformers is testController that also returns the snapshot informers, whose
+// stores a test may change as a watch event would.
+func testControllerInformers(t *testing.T, objs ...runtime.Object) (*Controller, *kubefake.Clientset, *snapfake.Clientset,
+	*record.FakeRecorder, snapinformers.SharedInformerFactory) {
 	var kubeObjs, snapObjs []runtime.Object
 	for _, o := range objs {
 		switch o.(type) {
@@ -149,7 +157,7 @@ func testController(t *testing.T, objs ...runtime.Object) (*Controller, *kubefak
 	setClock(c, clocktesting.NewFakePassiveClock(time.Time{}))
 	kube.ClearActions()
 	snap.ClearActions()
-	return c, kube, snap, recorder
+	return c, kube, snap, recorder, sf
 }
 
 // setClock gives the controller and its reconcilers clk.

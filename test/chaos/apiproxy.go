@@ -11,10 +11,13 @@ import (
 	"net/http/httputil"
 	"net/url"
 	"os"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/shutter-csi/shutter/pkg/app"
 )
 
 // apiMode is what the API proxy does to requests while a fault lasts.
@@ -96,7 +99,11 @@ func (p *apiProxy) listen(component string) (string, error) {
 
 func (p *apiProxy) handler(component string) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		r.Header.Set("User-Agent", r.Header.Get("User-Agent")+" "+userAgentTag+component)
+		ua := r.Header.Get("User-Agent")
+		if checked := r.Header.Get(app.LeaseCheckedHeader); checked != "" {
+			ua += " " + leaseCheckedTag + checked // when the writer's fence found its Lease fresh
+		}
+		r.Header.Set("User-Agent", ua+" "+userAgentTag+component)
 		watch := r.URL.Query().Get("watch") == "true" || r.URL.Query().Get("watch") == "1"
 		switch apiMode(p.mode.Load()) {
 		case apiThrottle:
@@ -126,6 +133,22 @@ func (p *apiProxy) handler(component string) http.Handler {
 
 // userAgentTag precedes the component name the proxy appends to each request's User-Agent.
 const userAgentTag = "chaos-via/"
+
+// leaseCheckedTag precedes, in the User-Agent, a write's app.LeaseCheckedHeader.
+const leaseCheckedTag = "lease-checked/"
+
+// leaseCheckedOf is the time a write's fence found the Lease fresh, from its User-Agent, or zero.
+func leaseCheckedOf(userAgent string) time.Time {
+	_, after, ok := strings.Cut(userAgent, leaseCheckedTag)
+	if !ok {
+		return time.Time{}
+	}
+	ns, err := strconv.ParseInt(strings.Fields(after)[0], 10, 64)
+	if err != nil {
+		return time.Time{}
+	}
+	return time.Unix(0, ns)
+}
 
 // componentOf is the component a request came through, from its User-Agent, or "".
 func componentOf(userAgent string) string {

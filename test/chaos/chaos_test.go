@@ -2,10 +2,21 @@ package main
 
 import (
 	"context"
+	"fmt"
+	"os"
+	"path/filepath"
 	"reflect"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/utils/ptr"
+
+	snapshotv1 "github.com/shutter-csi/shutter/client/apis/volumesnapshot/v1"
 )
 
 // TestChaosShort is the short seeded chaos run of `make test`: every fault kind once during a
@@ -121,5 +132,91 @@ func TestRetryCreep(t *testing.T) {
 	creeping := []sample{{At: 0, Retries: 0}, {At: 10, Retries: 1}, {At: 20, Retries: 30}, {At: 30, Retries: 100}}
 	if msg := retryCreep(creeping); msg == "" {
 		t.Error("creeping retries not flagged")
+	}
+}
+
+// TestContentChecks: a content bound to a gone snapshot is an orphan unless Retain; a
+// pre-provisioned content never bound (empty ref uid) whose snapshot is gone is counted apart.
+func TestContentChecks(t *testing.T) {
+	content := func(name, ref string, uid types.UID, policy snapshotv1.DeletionPolicy) snapshotv1.VolumeSnapshotContent {
+		return snapshotv1.VolumeSnapshotContent{ObjectMeta: metav1.ObjectMeta{Name: name},
+			Spec: snapshotv1.VolumeSnapshotContentSpec{VolumeSnapshotRef: corev1.ObjectReference{Name: ref, UID: uid},
+				DeletionPolicy: policy, Source: snapshotv1.VolumeSnapshotContentSource{SnapshotHandle: ptr.To("h-" + name)}}}
+	}
+	s := &state{snaps: map[string]snapshotv1.VolumeSnapshot{}, backend: map[string]bool{"h-a": true, "h-b": true, "h-c": true}}
+	s.contents = []snapshotv1.VolumeSnapshotContent{
+		content("a", "gone-a", "uid-a", snapshotv1.VolumeSnapshotContentDelete),
+		content("b", "gone-b", "", snapshotv1.VolumeSnapshotContentDelete),
+		content("c", "gone-c", "uid-c", snapshotv1.VolumeSnapshotContentRetain),
+	}
+	got := s.contentChecks()
+	if len(got) != 1 || got[0].Invariant != "no content without its snapshot (except Retain)" ||
+		len(got[0].Objects) != 1 || got[0].Objects[0] != "VolumeSnapshotContent a of gone-a" {
+		t.Errorf("violations %+v", got)
+	}
+	if len(s.unbound) != 1 || s.unbound[0] != "VolumeSnapshotContent b of gone-b" {
+		t.Errorf("never bound %v", s.unbound)
+	}
+}
+
+// TestDeposedWrites: a write received after the successor acquired the Lease is a violation
+// unless the writer's fence found its Lease fresh before that (late), or the API refused it.
+func TestDeposedWrites(t *testing.T) {
+	t0 := time.Date(2026, 12, 2, 0, 22, 28, 0, time.UTC)
+	terms := []term{{Replica: "snapshot-controller-1", Acquired: t0.Add(-time.Minute)}, {Replica: "snapshot-controller-0", Acquired: t0}}
+	entry := func(name string, received time.Time, checked time.Time, code int) string {
+		ua := "snapshot-controller/v1"
+		if !checked.IsZero() {
+			ua += " " + leaseCheckedTag + strconv.FormatInt(checked.UnixNano(), 10)
+		}
+		ua += " " + userAgentTag + "snapshot-controller-1"
+		return fmt.Sprintf(`{"stage":"ResponseComplete","verb":"patch","userAgent":%q,"requestReceivedTimestamp":%q,"objectRef":{"resource":"volumesnapshots","namespace":"ns","name":%q},"responseStatus":{"code":%d}}`,
+			ua, received.Format(time.RFC3339Nano), name, code)
+	}
+	lines := []string{
+		entry("before", t0.Add(-time.Second), t0.Add(-2*time.Second), 200),
+		entry("late", t0.Add(4*time.Second), t0.Add(-8*time.Second), 200),
+		entry("decided-deposed", t0.Add(4*time.Second), t0.Add(3*time.Second), 200),
+		entry("unfenced", t0.Add(4*time.Second), time.Time{}, 200),
+		entry("refused", t0.Add(4*time.Second), t0.Add(3*time.Second), 409),
+	}
+	path := filepath.Join(t.TempDir(), "audit.log")
+	if err := os.WriteFile(path, []byte(strings.Join(lines, "\n")+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	accepted, refused, late, err := deposedWrites(path, terms)
+	if err != nil {
+		t.Fatal(err)
+	}
+	names := func(list []string) string {
+		var out []string
+		for _, l := range list {
+			out = append(out, strings.Fields(l)[3])
+		}
+		return strings.Join(out, ",")
+	}
+	if got := names(accepted); got != "ns/decided-deposed,ns/unfenced" {
+		t.Errorf("violations %s", got)
+	}
+	if got := names(late); got != "ns/late" {
+		t.Errorf("late %s", got)
+	}
+	if got := names(refused); got != "ns/refused" {
+		t.Errorf("refused %s", got)
+	}
+}
+
+// TestTally: a kind's convergence time is counted from its last injection, not its first.
+func TestTally(t *testing.T) {
+	t0 := time.Date(2026, 12, 2, 1, 0, 0, 0, time.UTC)
+	lanes := map[string][]*fault{"process": {
+		{Kind: "kill-driver", Ended: t0, Injected: true},
+		{Kind: "kill-driver", Ended: t0.Add(50 * time.Second), Injected: true},
+		{Kind: "kill-driver", Ended: t0.Add(60 * time.Second)},
+	}}
+	r := &report{Faults: map[string]*kindReport{}}
+	r.tally(lanes, t0.Add(80*time.Second))
+	if got := *r.Faults["kill-driver"]; got != (kindReport{Injected: 2, Failed: 1, ConvergedAfterLast: 30}) {
+		t.Errorf("tally %+v", got)
 	}
 }

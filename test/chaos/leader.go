@@ -95,11 +95,15 @@ var writeVerbs = map[string]bool{"create": true, "update": true, "patch": true, 
 
 // deposedWrites reads the audit log for writes by a controller replica received after another
 // replica acquired the Lease and before this one acquired it again. Writes the API server
-// refused (a conflict on a stale resourceVersion) are counted apart: they changed nothing.
-func deposedWrites(path string, terms []term) (accepted, refused []string, err error) {
+// refused (a conflict on a stale resourceVersion) are counted apart: they changed nothing. So
+// are late ones: the replica's fence found its Lease fresh before the other replica acquired it
+// (the time is in the User-Agent, see leaseCheckedOf), and the write arrived only afterwards,
+// because the process was frozen between the check and the send. What the fence can refuse is
+// a write decided after that, and those are the violations.
+func deposedWrites(path string, terms []term) (accepted, refused, late []string, err error) {
 	f, err := os.Open(path)
 	if err != nil {
-		return nil, nil, err
+		return nil, nil, nil, err
 	}
 	defer f.Close()
 	sc := bufio.NewScanner(f)
@@ -119,13 +123,17 @@ func deposedWrites(path string, terms []term) (accepted, refused []string, err e
 		}
 		line := fmt.Sprintf("%s %s %s %s/%s at %s (leader %s)", replica, a.Verb, a.ObjectRef.Resource,
 			a.ObjectRef.Namespace, a.ObjectRef.Name, a.Received.Format("15:04:05.000000"), holder)
-		if a.ResponseStatus != nil && a.ResponseStatus.Code >= 300 {
+		checked := leaseCheckedOf(a.UserAgent)
+		switch {
+		case a.ResponseStatus != nil && a.ResponseStatus.Code >= 300:
 			refused = append(refused, line+fmt.Sprintf(" -> %d", a.ResponseStatus.Code))
-		} else {
+		case !checked.IsZero() && holderAt(terms, checked) == replica:
+			late = append(late, line+" checked "+checked.Format("15:04:05.000000"))
+		default:
 			accepted = append(accepted, line)
 		}
 	}
-	return accepted, refused, sc.Err()
+	return accepted, refused, late, sc.Err()
 }
 
 // holderAt is the replica whose term had begun last at t.

@@ -104,7 +104,11 @@ func (e *env) newClaim(ctx context.Context, name, fromHandle, fromSnapshot strin
 		return err
 	}
 	if fromHandle == "" {
-		if err := os.WriteFile(filepath.Join(e.stack.CSI.VolumePath(id), "data.txt"), []byte("chaos "+name+"\n"), 0o644); err != nil {
+		// The disk-full fault may be on: a user would write again once there is room.
+		write := func(context.Context) error {
+			return os.WriteFile(filepath.Join(e.stack.CSI.VolumePath(id), "data.txt"), []byte("chaos "+name+"\n"), 0o644)
+		}
+		if err := retry(ctx, write, nil); err != nil {
 			return err
 		}
 	}

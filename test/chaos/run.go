@@ -48,10 +48,15 @@ type report struct {
 	DrainSeconds    float64                `json:"drainSeconds"`
 	Violations      []violation            `json:"violations"`
 	RefusedDeposed  []string               `json:"refusedDeposedWrites,omitempty"`
-	InjectedFailed  []string               `json:"snapshotsFailedAsInjected,omitempty"`
-	WorkloadErrors  []string               `json:"workloadErrors,omitempty"`
-	LeaderTerms     int                    `json:"leaderTerms"`
-	FaultLog        []*fault               `json:"faultLog"`
+	// LateDeposed are writes a leader's fence let through before its successor acquired the
+	// Lease that arrived after (the process was frozen in between).
+	LateDeposed    []string `json:"lateDeposedWrites,omitempty"`
+	InjectedFailed []string `json:"snapshotsFailedAsInjected,omitempty"`
+	// NeverBound are pre-provisioned contents whose snapshot was deleted before it was bound.
+	NeverBound     []string `json:"preProvisionedNeverBound,omitempty"`
+	WorkloadErrors []string `json:"workloadErrors,omitempty"`
+	LeaderTerms    int      `json:"leaderTerms"`
+	FaultLog       []*fault `json:"faultLog"`
 }
 
 // runChaos runs one chaos run and returns its report; err is for the harness failing, not
@@ -154,6 +159,12 @@ func (r *report) print(out io.Writer) {
 	if len(r.InjectedFailed) > 0 {
 		fmt.Fprintf(out, "snapshots failed by an injected final error (allowed): %d\n", len(r.InjectedFailed))
 	}
+	if len(r.NeverBound) > 0 {
+		fmt.Fprintf(out, "pre-provisioned contents never bound (snapshot deleted first; the admin's to delete): %d\n", len(r.NeverBound))
+	}
+	if len(r.LateDeposed) > 0 {
+		fmt.Fprintf(out, "writes checked by a leader's fence before its successor started, received after: %d\n", len(r.LateDeposed))
+	}
 	if len(r.RefusedDeposed) > 0 {
 		fmt.Fprintf(out, "writes of a deposed leader that the API server refused: %d\n", len(r.RefusedDeposed))
 	}
@@ -205,8 +216,11 @@ func (r *report) tally(lanes map[string][]*fault, convergedAt time.Time) {
 				kr.Failed++
 				continue
 			}
+			after := convergedAt.Sub(f.Ended).Seconds()
+			if kr.Injected == 0 || after < kr.ConvergedAfterLast { // the kind's last injection
+				kr.ConvergedAfterLast = after
+			}
 			kr.Injected++
-			kr.ConvergedAfterLast = max(kr.ConvergedAfterLast, convergedAt.Sub(f.Ended).Seconds())
 		}
 	}
 	sort.Slice(r.FaultLog, func(i, j int) bool { return r.FaultLog[i].Started.Before(r.FaultLog[j].Started) })
@@ -218,6 +232,8 @@ func (e *env) afterChecks(ctx context.Context, rep *report, terms *leases) ([]vi
 	var violations []violation
 	if s, err := e.read(ctx); err == nil {
 		rep.InjectedFailed = s.failed
+		s.contentChecks()
+		rep.NeverBound = s.unbound
 	}
 	for name, ids := range e.csi.duplicates() {
 		violations = append(violations, violation{Invariant: "at most one backend snapshot per content",
@@ -225,7 +241,7 @@ func (e *env) afterChecks(ctx context.Context, rep *report, terms *leases) ([]vi
 	}
 	history := terms.history()
 	rep.LeaderTerms = len(history)
-	accepted, refused, err := deposedWrites(filepath.Join(e.cluster.Dir, "audit.log"), history)
+	accepted, refused, late, err := deposedWrites(filepath.Join(e.cluster.Dir, "audit.log"), history)
 	if err != nil {
 		return nil, err
 	}
@@ -233,5 +249,6 @@ func (e *env) afterChecks(ctx context.Context, rep *report, terms *leases) ([]vi
 		violations = append(violations, violation{Invariant: "no API write from a deposed leader", Objects: accepted})
 	}
 	rep.RefusedDeposed = refused
+	rep.LateDeposed = late
 	return violations, nil
 }
