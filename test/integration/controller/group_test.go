@@ -2,7 +2,6 @@ package controller
 
 import (
 	"context"
-	"net/http"
 	"slices"
 	"strings"
 	"testing"
