@@ -262,4 +262,3 @@ func TestPreProvisionedGroup(t *testing.T) {
 		t.Fatalf("group content not bound: %v %+v", err, content)
 	}
 }
-
