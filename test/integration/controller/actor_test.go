@@ -106,19 +106,7 @@ func (a *actor) handleGroup(ctx context.Context, content *groupv1.VolumeGroupSna
 	case !creating:
 		patch(map[string]any{"metadata": map[string]any{"annotations": map[string]any{protocol.AnnGroupBeingCreated: "yes"}}})
 	default:
-		now := time.Now()
-		updated := content.DeepCopy()
-		handle := "group-" + string(content.Spec.VolumeGroupSnapshotRef.UID)
-		updated.Status = &groupv1.VolumeGroupSnapshotContentStatus{
-			VolumeGroupSnapshotHandle: &handle, ReadyToUse: ptr(true), CreationTime: ptr(metav1.NewTime(now)),
-		}
-		for _, vol := range content.Spec.Source.VolumeHandles {
-			updated.Status.VolumeSnapshotInfoList = append(updated.Status.VolumeSnapshotInfoList, groupv1.VolumeSnapshotInfo{
-				VolumeHandle: vol, SnapshotHandle: handle + "-" + vol, ReadyToUse: ptr(true),
-				RestoreSize: ptr(int64(1 << 30)), CreationTime: ptr(now.UnixNano()),
-			})
-		}
-		if _, err := a.client.GroupsnapshotV1().VolumeGroupSnapshotContents().UpdateStatus(ctx, updated, metav1.UpdateOptions{}); err == nil {
+		if reportGroup(ctx, a.client, content) == nil {
 			patch(map[string]any{"metadata": map[string]any{"annotations": map[string]any{protocol.AnnGroupBeingCreated: nil}}})
 		}
 	}

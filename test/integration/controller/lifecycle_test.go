@@ -40,6 +40,9 @@ func TestDynamicSnapshotLifecycle(t *testing.T) {
 	})
 	a := startActor(t, f.client, driver)
 	f.volume(t, "data", driver)
+	// kube-controller-manager's binding writes to the claim come first, so that none of them
+	// races the controller's claim patches into a conflict (a 409 and one more write).
+	f.waitClaim(t, "data", func(pvc *corev1.PersistentVolumeClaim) bool { return pvc.Status.Phase == corev1.ClaimBound })
 
 	// Only the requests about this test's objects count: other tests' clean-up may still be
 	// under way.

@@ -33,7 +33,7 @@ func startGroupOnlySidecar(t *testing.T, client clientset.Interface, driver stri
 			}
 			for i := range list.Items {
 				if c := &list.Items[i]; c.Spec.Driver == driver && c.Status == nil && c.DeletionTimestamp == nil {
-					reportGroup(ctx, client, c)
+					_ = reportGroup(ctx, client, c)
 				}
 			}
 			return false, nil
@@ -42,7 +42,7 @@ func startGroupOnlySidecar(t *testing.T, client clientset.Interface, driver stri
 }
 
 // reportGroup writes a ready backend group snapshot with a member per volume into the status.
-func reportGroup(ctx context.Context, client clientset.Interface, content *groupv1.VolumeGroupSnapshotContent) {
+func reportGroup(ctx context.Context, client clientset.Interface, content *groupv1.VolumeGroupSnapshotContent) error {
 	now := time.Now()
 	handle := "group-" + string(content.Spec.VolumeGroupSnapshotRef.UID)
 	updated := content.DeepCopy()
@@ -55,7 +55,8 @@ func reportGroup(ctx context.Context, client clientset.Interface, content *group
 			RestoreSize: ptr(int64(1 << 30)), CreationTime: ptr(now.UnixNano()),
 		})
 	}
-	_, _ = client.GroupsnapshotV1().VolumeGroupSnapshotContents().UpdateStatus(ctx, updated, metav1.UpdateOptions{})
+	_, err := client.GroupsnapshotV1().VolumeGroupSnapshotContents().UpdateStatus(ctx, updated, metav1.UpdateOptions{})
+	return err
 }
 
 // TestMemberStatusRetriedAfterFailedWrite: the controller's status write of a member's content
