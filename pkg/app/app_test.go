@@ -5,6 +5,7 @@ import (
 	"errors"
 	"flag"
 	"io"
+	"k8s.io/apimachinery/pkg/util/wait"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -38,12 +39,11 @@ func TestServeHTTP(t *testing.T) {
 	get := func(path string) (int, string) {
 		var resp *http.Response
 		// Poll until the server listens, with a deadline.
-		for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(20 * time.Millisecond) {
-			if resp, err = http.Get("http://" + addr + path); err == nil || time.Now().After(deadline) {
-				break
-			}
-		}
-		if err != nil {
+		if werr := wait.PollUntilContextTimeout(context.Background(), 20*time.Millisecond, 10*time.Second, true,
+			func(context.Context) (bool, error) {
+				resp, err = http.Get("http://" + addr + path)
+				return err == nil, nil
+			}); werr != nil {
 			t.Fatalf("GET %s: %v", path, err)
 		}
 		defer resp.Body.Close()

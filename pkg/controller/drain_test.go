@@ -3,6 +3,7 @@ package controller
 import (
 	"context"
 	"errors"
+	"k8s.io/apimachinery/pkg/util/wait"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -37,10 +38,9 @@ func TestRunFinishesSyncUnderWay(t *testing.T) {
 	q.Add("second")
 	cancel()
 	// Run has seen the cancellation once it shut its queue down; from there it waits for the sync.
-	for deadline := time.Now().Add(10 * time.Second); !q.queue.ShuttingDown(); time.Sleep(time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatal("Run did not begin its shutdown")
-		}
+	if err := wait.PollUntilContextTimeout(context.Background(), time.Millisecond, 10*time.Second, true,
+		func(context.Context) (bool, error) { return q.queue.ShuttingDown(), nil }); err != nil {
+		t.Fatal("Run did not begin its shutdown")
 	}
 	close(release)
 	select {

@@ -6,6 +6,7 @@ import (
 	"context"
 	"crypto/sha256"
 	"fmt"
+	"k8s.io/apimachinery/pkg/util/wait"
 	"math/rand/v2"
 	"os"
 	"path/filepath"
@@ -29,6 +30,29 @@ type imageCrashWorld struct {
 	deleting map[string]bool
 	// creates and deletes count the acknowledged calls.
 	creates, deletes int
+	// acks gets a signal for every acknowledged call.
+	acks chan struct{}
+}
+
+// acked signals one acknowledged call; a signal nobody waits for is dropped.
+func (w *imageCrashWorld) ack() {
+	select {
+	case w.acks <- struct{}{}:
+	default:
+	}
+}
+
+// waitAcks waits for n acknowledged calls.
+func (w *imageCrashWorld) waitAcks(t *testing.T, n int) {
+	t.Helper()
+	timeout := time.After(time.Minute)
+	for range n {
+		select {
+		case <-w.acks:
+		case <-timeout:
+			t.Fatalf("the driver acknowledged fewer than %d calls in a minute", n)
+		}
+	}
 }
 
 // TestImageVolumesSurviveKills SIGKILLs a driver with image-backed volumes
@@ -46,7 +70,7 @@ func TestImageVolumesSurviveKills(t *testing.T) {
 	if testing.Short() {
 		rounds = 4
 	}
-	w := &imageCrashWorld{acked: map[string]string{}, deleting: map[string]bool{}}
+	w := &imageCrashWorld{acked: map[string]string{}, deleting: map[string]bool{}, acks: make(chan struct{})}
 	rng := rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), 15))
 	for round := range rounds {
 		p := startDriver(t, bin, dir, "--volume-backing=image")
@@ -56,7 +80,9 @@ func TestImageVolumesSurviveKills(t *testing.T) {
 		for worker := range 3 {
 			wg.Go(func() { w.work(ctx, t, p.ctrl, dir, fmt.Sprintf("r%d-w%d", round, worker)) })
 		}
-		time.Sleep(time.Duration(100+rng.IntN(1100)) * time.Millisecond) // the kill's random point, not a synchronisation
+		// The kill comes right after a random number of acknowledged calls, while the other
+		// workers' calls are under way.
+		w.waitAcks(t, 1+rng.IntN(6))
 		p.kill(t)
 		cancel()
 		wg.Wait()
@@ -93,6 +119,7 @@ func (w *imageCrashWorld) work(ctx context.Context, t *testing.T, ctrl csi.Contr
 		w.acked[id] = ""
 		w.creates++
 		w.mu.Unlock()
+		w.ack()
 		data := []byte(fmt.Sprintf("data of %s %d", id, i))
 		if writeSynced(filepath.Join(dir, "data", "volumes", id, "file"), data) == nil {
 			w.mu.Lock()
@@ -109,6 +136,7 @@ func (w *imageCrashWorld) work(ctx context.Context, t *testing.T, ctrl csi.Contr
 				delete(w.deleting, id)
 				w.deletes++
 				w.mu.Unlock()
+				w.ack()
 			}
 		}
 	}
@@ -175,10 +203,10 @@ func (w *imageCrashWorld) check(t *testing.T, p *driverProcess, dir string) {
 		}
 		mounted++
 	}
-	loops := loopsBelow(t, dir)
-	for deadline := time.Now().Add(5 * time.Second); len(loops) != mounted && time.Now().Before(deadline); loops = loopsBelow(t, dir) {
-		time.Sleep(10 * time.Millisecond) // autoclear detaches a device once its last user is gone
-	}
+	// Autoclear detaches a device once its last user is gone.
+	var loops []string
+	_ = wait.PollUntilContextTimeout(context.Background(), 10*time.Millisecond, 5*time.Second, true,
+		func(context.Context) (bool, error) { loops = loopsBelow(t, dir); return len(loops) == mounted, nil })
 	if len(loops) != mounted {
 		t.Fatalf("%d loop devices attached to images for %d mounted volumes", len(loops), mounted)
 	}

@@ -6,6 +6,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"k8s.io/apimachinery/pkg/util/wait"
 	"os"
 	"path/filepath"
 	"strings"
@@ -55,9 +56,8 @@ func checkNothingLeft(t *testing.T, dir string) {
 	}
 	// The kernel detaches an autoclear device once its last user is gone;
 	// give it a moment.
-	for deadline := time.Now().Add(5 * time.Second); len(loopsBelow(t, dir)) > 0 && time.Now().Before(deadline); {
-		time.Sleep(10 * time.Millisecond)
-	}
+	_ = wait.PollUntilContextTimeout(context.Background(), 10*time.Millisecond, 5*time.Second, true,
+		func(context.Context) (bool, error) { return len(loopsBelow(t, dir)) == 0, nil })
 	for _, dev := range loopsBelow(t, dir) {
 		t.Errorf("%s is still attached to an image below the test's folder", dev)
 		if f, err := os.OpenFile(dev, os.O_RDWR, 0); err == nil {

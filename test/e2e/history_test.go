@@ -19,6 +19,8 @@ import (
 type history struct {
 	mu       sync.Mutex
 	versions []version
+	// changed gets a signal after each version is recorded.
+	changed chan struct{}
 }
 
 type version struct {
@@ -35,7 +37,7 @@ func watchHistory(t *testing.T, start func(context.Context, metav1.ListOptions) 
 		t.Fatal(err)
 	}
 	t.Cleanup(w.Stop)
-	h := &history{}
+	h := &history{changed: make(chan struct{}, 1)}
 	go func() {
 		for e := range w.ResultChan() {
 			obj, err := meta.Accessor(e.Object)
@@ -45,6 +47,10 @@ func watchHistory(t *testing.T, start func(context.Context, metav1.ListOptions) 
 			h.mu.Lock()
 			h.versions = append(h.versions, version{obj: obj, deleted: e.Type == watch.Deleted})
 			h.mu.Unlock()
+			select {
+			case h.changed <- struct{}{}:
+			default:
+			}
 		}
 	}()
 	return h
@@ -53,18 +59,30 @@ func watchHistory(t *testing.T, start func(context.Context, metav1.ListOptions) 
 // first waits for the first version for which cond holds and returns its resourceVersion.
 func (h *history) first(t *testing.T, what string, cond func(obj metav1.Object, deleted bool) bool) string {
 	t.Helper()
-	for deadline := time.Now().Add(readyTimeout); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
-		h.mu.Lock()
-		for _, v := range h.versions {
-			if cond(v.obj, v.deleted) {
-				h.mu.Unlock()
-				return v.obj.GetResourceVersion()
-			}
+	deadline := time.After(readyTimeout)
+	for {
+		if rv, ok := h.find(cond); ok {
+			return rv
 		}
-		h.mu.Unlock()
+		select {
+		case <-h.changed:
+		case <-deadline:
+			t.Fatalf("no version in which %s", what)
+			return ""
+		}
 	}
-	t.Fatalf("no version in which %s", what)
-	return ""
+}
+
+// find returns the resourceVersion of the first recorded version for which cond holds.
+func (h *history) find(cond func(obj metav1.Object, deleted bool) bool) (string, bool) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	for _, v := range h.versions {
+		if cond(v.obj, v.deleted) {
+			return v.obj.GetResourceVersion(), true
+		}
+	}
+	return "", false
 }
 
 // deleting holds once the object is being deleted or gone.
