@@ -224,28 +224,16 @@ func writeKubeconfig(path, server, dir, user string) error {
 func (c *Cluster) waitHealthy(ctx context.Context, url string, tlsConfig *tls.Config) error {
 	client := &http.Client{Timeout: 2 * time.Second, Transport: &http.Transport{TLSClientConfig: tlsConfig}}
 	defer client.CloseIdleConnections()
-	ctx, cancel := context.WithTimeout(ctx, readyTimeout)
-	defer cancel()
-	for {
-		for _, p := range c.procs {
-			if err := p.exited(); err != nil {
-				return err
-			}
-		}
+	return c.poll(ctx, readyTimeout, url+" to answer 200", func(ctx context.Context) (bool, error) {
 		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
-		if resp, err := client.Do(req); err == nil {
-			_, _ = io.Copy(io.Discard, resp.Body)
-			resp.Body.Close()
-			if resp.StatusCode == http.StatusOK {
-				return nil
-			}
+		resp, err := client.Do(req)
+		if err != nil {
+			return false, nil // not listening yet
 		}
-		select {
-		case <-ctx.Done():
-			return fmt.Errorf("%s not healthy: %w%s", url, ctx.Err(), c.logTails())
-		case <-time.After(100 * time.Millisecond):
-		}
-	}
+		_, _ = io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		return resp.StatusCode == http.StatusOK, nil
+	})
 }
 
 func (c *Cluster) logTails() string {
