@@ -127,10 +127,7 @@ func (f *flow) compare(context.Context) error {
 }
 
 func (f *flow) deleteSnapshot(ctx context.Context) error {
-	if err := stack.DeleteClaim(ctx, f.stack.Kube, f.restored); err != nil {
-		return err
-	}
-	if err := f.stack.CSI.DeleteVolume(ctx, f.restoredID); err != nil {
+	if err := f.deleteVolume(ctx, f.restored, f.restoredID); err != nil {
 		return err
 	}
 	snaps := f.stack.Snapshots.SnapshotV1().VolumeSnapshots(namespace)
@@ -167,13 +164,19 @@ func (f *flow) checkGone(ctx context.Context) error {
 }
 
 func (f *flow) deleteSource(ctx context.Context) error {
-	if err := stack.DeleteClaim(ctx, f.stack.Kube, f.source); err != nil {
-		return err
-	}
-	if err := f.stack.CSI.DeleteVolume(ctx, f.sourceID); err != nil {
+	if err := f.deleteVolume(ctx, f.source, f.sourceID); err != nil {
 		return err
 	}
 	err := f.stack.Kube.CoreV1().Namespaces().Delete(ctx, namespace, metav1.DeleteOptions{})
 	f.fact("cleanup", "claims, volumes and namespace %s deleted; the control plane and its folder are removed on exit", namespace)
 	return err
+}
+
+// deleteVolume deletes claim with its PV, waiting until both are gone, and then the driver's
+// volume id behind them.
+func (f *flow) deleteVolume(ctx context.Context, claim stack.Claim, id string) error {
+	if err := stack.DeleteClaim(ctx, f.stack.Kube, claim); err != nil {
+		return err
+	}
+	return f.stack.CSI.DeleteVolume(ctx, id)
 }
