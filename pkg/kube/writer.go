@@ -77,36 +77,21 @@ func (w *Writer[T]) patch(ctx context.Context, old, updated T, what string, subr
 	}
 	result, err := w.client(old.GetNamespace()).Patch(ctx, old.GetName(), types.MergePatchType, data,
 		metav1.PatchOptions{FieldManager: w.opts.FieldManager}, subresource...)
-	w.count(what, err)
-	if err != nil {
-		return old, fmt.Errorf("patch %s of %s: %w", what, old.GetName(), err)
-	}
-	w.cache.Record(result)
-	return result, nil
+	return w.written(what, result, err, old, "patch "+what+" of "+old.GetName())
 }
 
 // UpdateStatus replaces obj's status; obj's resourceVersion is the precondition.
 func (w *Writer[T]) UpdateStatus(ctx context.Context, obj T) (T, error) {
 	result, err := w.client(obj.GetNamespace()).UpdateStatus(ctx, obj, metav1.UpdateOptions{})
-	w.count(WriteStatus, err)
-	if err != nil {
-		var zero T
-		return zero, fmt.Errorf("update status of %s: %w", obj.GetName(), err)
-	}
-	w.cache.Record(result)
-	return result, nil
+	var zero T
+	return w.written(WriteStatus, result, err, zero, "update status of "+obj.GetName())
 }
 
 // Create creates obj.
 func (w *Writer[T]) Create(ctx context.Context, obj T) (T, error) {
 	result, err := w.client(obj.GetNamespace()).Create(ctx, obj, metav1.CreateOptions{})
-	w.count(WriteCreate, err)
-	if err != nil {
-		var zero T
-		return zero, fmt.Errorf("create %s %s: %w", w.kind, obj.GetName(), err)
-	}
-	w.cache.Record(result)
-	return result, nil
+	var zero T
+	return w.written(WriteCreate, result, err, zero, "create "+w.kind+" "+obj.GetName())
 }
 
 // Delete deletes obj, on the condition that the object of its name is still obj (its uid).
@@ -118,6 +103,17 @@ func (w *Writer[T]) Delete(ctx context.Context, obj T) error {
 		return fmt.Errorf("delete %s %s: %w", w.kind, obj.GetName(), err)
 	}
 	return nil
+}
+
+// written counts a write of what that answered result and err. A result is remembered in the
+// own-write cache; an error is returned wrapped in the write's description, with onError.
+func (w *Writer[T]) written(what string, result T, err error, onError T, description string) (T, error) {
+	w.count(what, err)
+	if err != nil {
+		return onError, fmt.Errorf("%s: %w", description, err)
+	}
+	w.cache.Record(result)
+	return result, nil
 }
 
 func (w *Writer[T]) count(what string, err error) {
