@@ -2,21 +2,19 @@ package main
 
 import (
 	"crypto/tls"
-	"crypto/x509"
-	"fmt"
 	"io"
 	"log"
 	"net"
 	"net/http"
 	"net/http/httputil"
 	"net/url"
-	"os"
 	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
 
+	"github.com/shutter-csi/shutter/internal/kubehttp"
 	"github.com/shutter-csi/shutter/pkg/app"
 )
 
@@ -55,13 +53,9 @@ func newAPIProxy(upstream, caFile, certFile, keyFile string) (*apiProxy, error) 
 	if err != nil {
 		return nil, err
 	}
-	ca, err := os.ReadFile(caFile)
+	pool, err := kubehttp.CertPool(caFile)
 	if err != nil {
 		return nil, err
-	}
-	pool := x509.NewCertPool()
-	if !pool.AppendCertsFromPEM(ca) {
-		return nil, fmt.Errorf("%s holds no certificate", caFile)
 	}
 	cert, err := tls.LoadX509KeyPair(certFile, keyFile)
 	if err != nil {

@@ -6,19 +6,15 @@
 package main
 
 import (
-	"bytes"
-	"crypto/tls"
-	"crypto/x509"
+	"context"
 	"encoding/json"
 	"fmt"
-	"io"
-	"net"
 	"net/http"
 	"os"
 	"time"
-)
 
-const secrets = "/var/run/secrets/kubernetes.io/serviceaccount/"
+	"github.com/shutter-csi/shutter/internal/kubehttp"
+)
 
 func main() {
 	user, err := whoAmI()
@@ -30,45 +26,15 @@ func main() {
 }
 
 func whoAmI() (string, error) {
-	host, port := os.Getenv("KUBERNETES_SERVICE_HOST"), os.Getenv("KUBERNETES_SERVICE_PORT")
-	if host == "" || port == "" {
-		return "", fmt.Errorf("KUBERNETES_SERVICE_HOST/PORT unset")
-	}
-	token, err := os.ReadFile(secrets + "token")
+	server, err := kubehttp.InCluster(30 * time.Second)
 	if err != nil {
 		return "", err
-	}
-	caPEM, err := os.ReadFile(secrets + "ca.crt")
-	if err != nil {
-		return "", err
-	}
-	pool := x509.NewCertPool()
-	if !pool.AppendCertsFromPEM(caPEM) {
-		return "", fmt.Errorf("no certificate in %sca.crt", secrets)
-	}
-	client := &http.Client{
-		Timeout:   30 * time.Second,
-		Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12}},
 	}
 	body := []byte(`{"apiVersion":"authentication.k8s.io/v1","kind":"SelfSubjectReview"}`)
-	url := "https://" + net.JoinHostPort(host, port) + "/apis/authentication.k8s.io/v1/selfsubjectreviews"
-	req, err := http.NewRequest(http.MethodPost, url, bytes.NewReader(body))
+	data, err := server.Do(context.Background(), http.MethodPost, "/apis/authentication.k8s.io/v1/selfsubjectreviews", body,
+		http.StatusCreated, http.StatusOK)
 	if err != nil {
 		return "", err
-	}
-	req.Header.Set("Authorization", "Bearer "+string(bytes.TrimSpace(token)))
-	req.Header.Set("Content-Type", "application/json")
-	resp, err := client.Do(req)
-	if err != nil {
-		return "", err
-	}
-	defer resp.Body.Close()
-	data, err := io.ReadAll(resp.Body)
-	if err != nil {
-		return "", err
-	}
-	if resp.StatusCode != http.StatusCreated && resp.StatusCode != http.StatusOK {
-		return "", fmt.Errorf("%s: %s: %s", url, resp.Status, data)
 	}
 	var review struct {
 		Status struct {

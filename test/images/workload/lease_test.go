@@ -10,11 +10,13 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/shutter-csi/shutter/internal/kubehttp"
 )
 
 // leaseServer answers GETs of Leases in namespace ns with the JSON that body returns for the
 // lease's name and the number of the request (from 1); 404 when body returns "".
-func leaseServer(t *testing.T, body func(name string, n int) string) *apiServer {
+func leaseServer(t *testing.T, body func(name string, n int) string) *kubehttp.Server {
 	t.Helper()
 	var calls atomic.Int32
 	srv := httptest.NewTLSServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -36,7 +38,7 @@ func leaseServer(t *testing.T, body func(name string, n int) string) *apiServer 
 		fmt.Fprint(w, b)
 	}))
 	t.Cleanup(srv.Close)
-	return &apiServer{base: srv.URL, token: "secret", client: srv.Client()}
+	return &kubehttp.Server{Base: srv.URL, Token: "secret", Client: srv.Client()}
 }
 
 func leaseJSON(holder string, renewed time.Time) string {

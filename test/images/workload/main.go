@@ -24,6 +24,8 @@ import (
 	"sort"
 	"strconv"
 	"time"
+
+	"github.com/shutter-csi/shutter/internal/kubehttp"
 )
 
 func main() {
@@ -42,7 +44,7 @@ func run(args []string, out io.Writer) error {
 		if len(args) < 3 {
 			return errors.New("usage: workload lease NAMESPACE NAME...")
 		}
-		a, err := inCluster()
+		a, err := kubehttp.InCluster(10 * time.Second)
 		if err != nil {
 			return err
 		}
