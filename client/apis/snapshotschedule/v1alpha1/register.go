@@ -1,9 +1,9 @@
 package v1alpha1
 
 import (
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+
+	"github.com/shutter-csi/shutter/client/apis/internal/register"
 )
 
 // GroupName is the API group of Shutter's own kinds.
@@ -14,7 +14,7 @@ var SchemeGroupVersion = schema.GroupVersion{Group: GroupName, Version: "v1alpha
 
 var (
 	// SchemeBuilder registers the types of this package with a scheme.
-	SchemeBuilder = runtime.NewSchemeBuilder(addKnownTypes)
+	SchemeBuilder = register.NewSchemeBuilder(SchemeGroupVersion, &SnapshotSchedule{}, &SnapshotScheduleList{})
 	// AddToScheme adds the types of this package to a scheme.
 	AddToScheme = SchemeBuilder.AddToScheme
 )
@@ -22,10 +22,4 @@ var (
 // Resource turns an unqualified resource name into a group-qualified one.
 func Resource(resource string) schema.GroupResource {
 	return SchemeGroupVersion.WithResource(resource).GroupResource()
-}
-
-func addKnownTypes(scheme *runtime.Scheme) error {
-	scheme.AddKnownTypes(SchemeGroupVersion, &SnapshotSchedule{}, &SnapshotScheduleList{})
-	metav1.AddToGroupVersion(scheme, SchemeGroupVersion)
-	return nil
 }

@@ -1,9 +1,9 @@
 package v1
 
 import (
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+
+	"github.com/shutter-csi/shutter/client/apis/internal/register"
 )
 
 // GroupName is the API group of the snapshot kinds.
@@ -14,7 +14,11 @@ var SchemeGroupVersion = schema.GroupVersion{Group: GroupName, Version: "v1"}
 
 var (
 	// SchemeBuilder registers the types of this package with a scheme.
-	SchemeBuilder = runtime.NewSchemeBuilder(addKnownTypes)
+	SchemeBuilder = register.NewSchemeBuilder(SchemeGroupVersion,
+		&VolumeSnapshot{}, &VolumeSnapshotList{},
+		&VolumeSnapshotContent{}, &VolumeSnapshotContentList{},
+		&VolumeSnapshotClass{}, &VolumeSnapshotClassList{},
+	)
 	// AddToScheme adds the types of this package to a scheme.
 	AddToScheme = SchemeBuilder.AddToScheme
 )
@@ -22,14 +26,4 @@ var (
 // Resource turns an unqualified resource name into a group-qualified one.
 func Resource(resource string) schema.GroupResource {
 	return SchemeGroupVersion.WithResource(resource).GroupResource()
-}
-
-func addKnownTypes(scheme *runtime.Scheme) error {
-	scheme.AddKnownTypes(SchemeGroupVersion,
-		&VolumeSnapshot{}, &VolumeSnapshotList{},
-		&VolumeSnapshotContent{}, &VolumeSnapshotContentList{},
-		&VolumeSnapshotClass{}, &VolumeSnapshotClassList{},
-	)
-	metav1.AddToGroupVersion(scheme, SchemeGroupVersion)
-	return nil
 }
