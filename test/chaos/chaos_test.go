@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -22,17 +23,9 @@ import (
 // TestChaosShort is the short seeded chaos run of `make test`: every fault kind once during a
 // minute and a half of workload, then convergence and every invariant.
 func TestChaosShort(t *testing.T) {
-	if testing.Short() {
-		t.Skip("starts a control plane and the components; skipped with -short")
-	}
-	rep, err := runChaos(context.Background(), config{N: 60, Seed: 1, Duration: 90 * time.Second, PerKind: 1,
-		Converge: 2 * time.Minute, Log: t.Logf})
-	if err != nil {
-		t.Fatal(err)
-	}
-	var out strings.Builder
-	rep.print(&out)
-	t.Log("\n" + out.String())
+	rep := runShort(t, func(ctx context.Context) (*report, error) {
+		return runChaos(ctx, config{N: 60, Seed: 1, Duration: 90 * time.Second, PerKind: 1, Converge: 2 * time.Minute, Log: t.Logf})
+	})
 	for _, v := range rep.Violations {
 		t.Errorf("violation: %s %s: %v", v.Invariant, v.Detail, v.Objects)
 	}
@@ -48,22 +41,31 @@ func TestChaosShort(t *testing.T) {
 
 // TestSoakShort is the two-minute soak of `make test`: steady churn, then the slope check.
 func TestSoakShort(t *testing.T) {
-	if testing.Short() {
-		t.Skip("starts a control plane and the components; skipped with -short")
-	}
-	rep, err := runSoak(context.Background(), soakConfig{Duration: 2 * time.Minute, Rate: 5, Seed: 1, Log: t.Logf})
-	if err != nil {
-		t.Fatal(err)
-	}
-	var out strings.Builder
-	rep.print(&out)
-	t.Log("\n" + out.String())
+	rep := runShort(t, func(ctx context.Context) (*soakReport, error) {
+		return runSoak(ctx, soakConfig{Duration: 2 * time.Minute, Rate: 5, Seed: 1, Log: t.Logf})
+	})
 	for _, f := range rep.Failures {
 		t.Error(f)
 	}
 	if rep.Deleted == 0 {
 		t.Error("the churn deleted no snapshot")
 	}
+}
+
+// runShort runs a harness for a short run of `make test`, logs its report and returns it.
+func runShort[R interface{ print(io.Writer) }](t *testing.T, run func(context.Context) (R, error)) R {
+	t.Helper()
+	if testing.Short() {
+		t.Skip("starts a control plane and the components; skipped with -short")
+	}
+	rep, err := run(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out strings.Builder
+	rep.print(&out)
+	t.Log("\n" + out.String())
+	return rep
 }
 
 func TestScheduleRepeats(t *testing.T) {

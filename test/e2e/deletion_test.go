@@ -41,7 +41,7 @@ func TestGroupDeletionLoop(t *testing.T) {
 	groups := s.Snapshots.GroupsnapshotV1().VolumeGroupSnapshots(ns)
 	for run := range groupDeletionRuns {
 		name := fmt.Sprintf("loop-%02d", run)
-		createGroup(t, s, ns, name, labels)
+		testenv.CreateGroupSnapshot(t, s.Snapshots, ns, name, labels)
 		vgs := waitGroup(t, s, ns, name, func(g *groupv1.VolumeGroupSnapshot) bool {
 			return g != nil && g.Status != nil && ptr.Deref(g.Status.ReadyToUse, false)
 		})

@@ -33,7 +33,7 @@ func TestGroupSnapshot(t *testing.T) {
 		volumes[v.id] = v
 	}
 	groups := s.Snapshots.GroupsnapshotV1().VolumeGroupSnapshots(ns)
-	vgs := createGroup(t, s, ns, "db", labels)
+	vgs := testenv.CreateGroupSnapshot(t, s.Snapshots, ns, "db", labels)
 	restart(t, s, s.Snapshotter)
 	vgs = waitGroup(t, s, ns, "db", func(g *groupv1.VolumeGroupSnapshot) bool {
 		return g != nil && g.Status != nil && ptr.Deref(g.Status.ReadyToUse, false)
@@ -97,26 +97,12 @@ func TestGroupSnapshot(t *testing.T) {
 func TestGroupSnapshotBadSelection(t *testing.T) {
 	s := start(t)
 	ns := testenv.Namespace(t, s.Kube)
-	create := func(name string, labels map[string]string) { createGroup(t, s, ns, name, labels) }
-	create("nothing", map[string]string{"app": "none"})
+	testenv.CreateGroupSnapshot(t, s.Snapshots, ns, "nothing", map[string]string{"app": "none"})
 	waitGroup(t, s, ns, "nothing", groupErrorIs("matches no PersistentVolumeClaim"))
 	unboundClaim(t, s, ns)
 	labelClaim(t, s, ns, "source", map[string]string{"app": "late"})
-	create("late", map[string]string{"app": "late"})
+	testenv.CreateGroupSnapshot(t, s.Snapshots, ns, "late", map[string]string{"app": "late"})
 	waitGroup(t, s, ns, "late", groupErrorIs("is not bound yet"))
-}
-
-// createGroup creates a VolumeGroupSnapshot of the claims in ns that carry labels.
-func createGroup(t *testing.T, s *stack.Stack, ns, name string, labels map[string]string) *groupv1.VolumeGroupSnapshot {
-	t.Helper()
-	vgs, err := s.Snapshots.GroupsnapshotV1().VolumeGroupSnapshots(ns).Create(context.Background(), &groupv1.VolumeGroupSnapshot{
-		ObjectMeta: metav1.ObjectMeta{Name: name},
-		Spec:       groupv1.VolumeGroupSnapshotSpec{Source: groupv1.VolumeGroupSnapshotSource{Selector: &metav1.LabelSelector{MatchLabels: labels}}},
-	}, metav1.CreateOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	return vgs
 }
 
 func groupErrorIs(substr string) func(*groupv1.VolumeGroupSnapshot) bool {
@@ -127,21 +113,9 @@ func groupErrorIs(substr string) func(*groupv1.VolumeGroupSnapshot) bool {
 
 func waitGroup(t *testing.T, s *stack.Stack, ns, name string, ok func(*groupv1.VolumeGroupSnapshot) bool) *groupv1.VolumeGroupSnapshot {
 	t.Helper()
-	var last *groupv1.VolumeGroupSnapshot
-	err := wait.PollUntilContextTimeout(context.Background(), 100*time.Millisecond, readyTimeout, true, func(ctx context.Context) (bool, error) {
-		g, err := s.Snapshots.GroupsnapshotV1().VolumeGroupSnapshots(ns).Get(ctx, name, metav1.GetOptions{})
-		if apierrors.IsNotFound(err) {
-			g = nil
-		} else if err != nil {
-			return false, nil
-		}
-		last = g
-		return ok(g), nil
-	})
-	if err != nil {
-		t.Fatalf("group snapshot %s/%s: %v; last %+v", ns, name, err, last)
-	}
-	return last
+	return testenv.WaitFor(t, "group snapshot "+ns+"/"+name, readyTimeout, func(ctx context.Context) (*groupv1.VolumeGroupSnapshot, error) {
+		return s.Snapshots.GroupsnapshotV1().VolumeGroupSnapshots(ns).Get(ctx, name, metav1.GetOptions{})
+	}, ok)
 }
 
 func labelClaim(t *testing.T, s *stack.Stack, ns, name string, labels map[string]string) {

@@ -29,17 +29,7 @@ func TestChartOnNode(t *testing.T) {
 	// shared by a load average of 35.
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Minute)
 	defer cancel()
-	if testing.Short() || os.Geteuid() != 0 {
-		t.Skip("starts a node as root; skipped with -short or when not root")
-	}
-	tools := append([]string{"etcd", "kube-apiserver", "kube-controller-manager", "kubectl", "helm", "csi-provisioner"}, cluster.NodeTools...)
-	bin, ok, err := testenv.BuiltTools(tools...)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if !ok {
-		t.Skip("the node's binaries are not built: run hack/build-tools.sh node (make test does)")
-	}
+	bin := nodeTools(t, "kubectl", "helm", "csi-provisioner")
 	dir := t.TempDir()
 	start := time.Now()
 	images := buildChartImages(t, ctx, bin, dir)

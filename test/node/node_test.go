@@ -100,20 +100,7 @@ type node struct {
 // when probe is set), or skips the test when that cannot run here.
 func startNode(t *testing.T, ctx context.Context, probe bool) *node {
 	t.Helper()
-	if testing.Short() {
-		t.Skip("starts a node; skipped with -short")
-	}
-	if os.Geteuid() != 0 {
-		t.Skip("the local node needs root (kubelet and containerd mount, make cgroups and set sysctls)")
-	}
-	tools := append([]string{"etcd", "kube-apiserver", "kube-controller-manager"}, cluster.NodeTools...)
-	bin, ok, err := testenv.BuiltTools(tools...)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if !ok {
-		t.Skip("the node's binaries are not built: run hack/build-tools.sh node (make test does)")
-	}
+	bin := nodeTools(t)
 	dir := t.TempDir()
 	var images []string
 	if probe {
@@ -125,6 +112,34 @@ func startNode(t *testing.T, ctx context.Context, probe bool) *node {
 		images = append(images, tar)
 	}
 	return startNodeWith(t, ctx, bin, dir, images)
+}
+
+// nodeTools returns the folder of the binaries of a control plane with a node and of extra. It
+// skips the test under -short, when not root, or when one of them is not built.
+func nodeTools(t *testing.T, extra ...string) string {
+	t.Helper()
+	if testing.Short() {
+		t.Skip("starts a node; skipped with -short")
+	}
+	if os.Geteuid() != 0 {
+		t.Skip("the local node needs root (kubelet and containerd mount, make cgroups and set sysctls)")
+	}
+	tools := append([]string{"etcd", "kube-apiserver", "kube-controller-manager"}, extra...)
+	return builtTools(t, "node", append(tools, cluster.NodeTools...)...)
+}
+
+// builtTools returns the folder of the named binaries, or skips the test when one of them is
+// not built; `hack/build-tools.sh target` builds them (make test does).
+func builtTools(t *testing.T, target string, names ...string) string {
+	t.Helper()
+	bin, ok, err := testenv.BuiltTools(names...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !ok {
+		t.Skipf("%s not built: run hack/build-tools.sh %s", strings.Join(names, ", "), target)
+	}
+	return bin
 }
 
 // startNodeWith starts a control plane with a node in dir/cluster, with the binaries of bin and

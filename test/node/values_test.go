@@ -20,13 +20,7 @@ type rendered map[string][]byte
 
 func renderChart(t *testing.T, args ...string) rendered {
 	t.Helper()
-	bin, ok, err := testenv.BuiltTools("helm")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if !ok {
-		t.Skip("helm is not built: run hack/build-tools.sh helm")
-	}
+	bin := builtTools(t, "helm", "helm")
 	chart := filepath.Join(testenv.RepoRoot(), "deploy", "helm", "shutter")
 	cmd := exec.Command(filepath.Join(bin, "helm"), append([]string{"template", "shutter", chart, "-n", chartNamespace}, args...)...)
 	out, err := cmd.CombinedOutput()

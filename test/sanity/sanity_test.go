@@ -35,6 +35,7 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/shutter-csi/shutter/pkg/hostpath"
+	"github.com/shutter-csi/shutter/test/testenv"
 )
 
 func TestSanity(t *testing.T) {
@@ -62,26 +63,22 @@ func TestSanity(t *testing.T) {
 		opts.VolumeBacking, volumeSize = b, 64<<20
 	}
 
-	ctx, cancel := context.WithCancel(klog.NewContext(context.Background(), klog.Background()))
+	ctx := klog.NewContext(context.Background(), klog.Background())
 	drv, err := hostpath.New(ctx, opts)
 	if err != nil {
 		t.Fatal(err)
 	}
-	lis, err := net.Listen("unix", sock)
-	if err != nil {
-		t.Fatal(err)
-	}
-	done := make(chan error, 1)
-	go func() { done <- drv.Serve(ctx, lis) }()
 	t.Cleanup(func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("serve: %v", err)
-		}
 		if err := drv.Close(); err != nil {
 			t.Errorf("close driver: %v", err)
 		}
 	})
+	lis, err := net.Listen("unix", sock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Cleanups run last first: the driver stops serving before it is closed.
+	testenv.Go(t, ctx, "serve", func(ctx context.Context) error { return drv.Serve(ctx, lis) })
 
 	cfg := sanity.NewTestConfig()
 	cfg.Address = "unix://" + sock

@@ -19,6 +19,9 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/yaml"
+
+	groupv1 "github.com/shutter-csi/shutter/client/apis/volumegroupsnapshot/v1"
+	clientset "github.com/shutter-csi/shutter/client/clientset/versioned"
 )
 
 var crdOnce struct {
@@ -133,4 +136,26 @@ func Namespace(t testing.TB, cs kubernetes.Interface) string {
 		_ = cs.CoreV1().Namespaces().Delete(context.Background(), ns.Name, metav1.DeleteOptions{})
 	})
 	return ns.Name
+}
+
+// Create creates obj with c, a typed client, and returns the object as stored; the test fails
+// on an error.
+func Create[T any](t testing.TB, c interface {
+	Create(context.Context, T, metav1.CreateOptions) (T, error)
+}, obj T) T {
+	t.Helper()
+	created, err := c.Create(context.Background(), obj, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatalf("create %T: %v", obj, err)
+	}
+	return created
+}
+
+// CreateGroupSnapshot creates the VolumeGroupSnapshot name of the claims in ns that carry labels.
+func CreateGroupSnapshot(t testing.TB, cs clientset.Interface, ns, name string, labels map[string]string) *groupv1.VolumeGroupSnapshot {
+	t.Helper()
+	return Create(t, cs.GroupsnapshotV1().VolumeGroupSnapshots(ns), &groupv1.VolumeGroupSnapshot{
+		ObjectMeta: metav1.ObjectMeta{Name: name},
+		Spec:       groupv1.VolumeGroupSnapshotSpec{Source: groupv1.VolumeGroupSnapshotSource{Selector: &metav1.LabelSelector{MatchLabels: labels}}},
+	})
 }

@@ -10,9 +10,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
 	corev1 "k8s.io/api/core/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/util/retry"
 
 	groupv1 "github.com/shutter-csi/shutter/client/apis/volumegroupsnapshot/v1"
@@ -20,6 +18,7 @@ import (
 	"github.com/shutter-csi/shutter/pkg/controller"
 	"github.com/shutter-csi/shutter/pkg/metrics"
 	"github.com/shutter-csi/shutter/pkg/protocol"
+	"github.com/shutter-csi/shutter/test/testenv"
 )
 
 func (f *fixture) groupClass(t *testing.T, name, driver string, policy snapshotv1.DeletionPolicy) {
@@ -36,33 +35,15 @@ func (f *fixture) groupClass(t *testing.T, name, driver string, policy snapshotv
 }
 
 func (f *fixture) groupSnapshot(t *testing.T, name string, labels map[string]string) *groupv1.VolumeGroupSnapshot {
-	vgs, err := f.client.GroupsnapshotV1().VolumeGroupSnapshots(f.ns).Create(context.Background(), &groupv1.VolumeGroupSnapshot{
-		ObjectMeta: metav1.ObjectMeta{Name: name},
-		Spec:       groupv1.VolumeGroupSnapshotSpec{Source: groupv1.VolumeGroupSnapshotSource{Selector: &metav1.LabelSelector{MatchLabels: labels}}},
-	}, metav1.CreateOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	return vgs
+	return testenv.CreateGroupSnapshot(t, f.client, f.ns, name, labels)
 }
 
+// waitGroup waits until ok holds for the group snapshot (nil once it is gone).
 func (f *fixture) waitGroup(t *testing.T, name string, ok func(*groupv1.VolumeGroupSnapshot) bool) *groupv1.VolumeGroupSnapshot {
 	t.Helper()
-	var got *groupv1.VolumeGroupSnapshot
-	err := wait.PollUntilContextTimeout(context.Background(), 50*time.Millisecond, 30*time.Second, true, func(ctx context.Context) (bool, error) {
-		vgs, err := f.client.GroupsnapshotV1().VolumeGroupSnapshots(f.ns).Get(ctx, name, metav1.GetOptions{})
-		if apierrors.IsNotFound(err) {
-			vgs = nil
-		} else if err != nil {
-			return false, nil
-		}
-		got = vgs
-		return ok(vgs), nil
-	})
-	if err != nil {
-		t.Fatalf("group snapshot %s: %v; last: %+v", name, err, got)
-	}
-	return got
+	return testenv.WaitFor(t, "group snapshot "+name, 30*time.Second, func(ctx context.Context) (*groupv1.VolumeGroupSnapshot, error) {
+		return f.client.GroupsnapshotV1().VolumeGroupSnapshots(f.ns).Get(ctx, name, metav1.GetOptions{})
+	}, ok)
 }
 
 func groupAbsent(vgs *groupv1.VolumeGroupSnapshot) bool { return vgs == nil }
@@ -233,7 +214,7 @@ func TestPreProvisionedGroup(t *testing.T) {
 	driver := "grouppre.csi.test"
 	startActor(t, f.client, driver)
 	name := "imported-" + f.ns
-	_, err := f.client.GroupsnapshotV1().VolumeGroupSnapshotContents().Create(context.Background(), &groupv1.VolumeGroupSnapshotContent{
+	testenv.Create(t, f.client.GroupsnapshotV1().VolumeGroupSnapshotContents(), &groupv1.VolumeGroupSnapshotContent{
 		ObjectMeta: metav1.ObjectMeta{Name: name},
 		Spec: groupv1.VolumeGroupSnapshotContentSpec{
 			VolumeGroupSnapshotRef: corev1.ObjectReference{Name: "imported", Namespace: f.ns},
@@ -242,17 +223,11 @@ func TestPreProvisionedGroup(t *testing.T) {
 				VolumeGroupSnapshotHandle: "g-7", VolumeSnapshotHandles: []string{"s-1", "s-2"},
 			}},
 		},
-	}, metav1.CreateOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	_, err = f.client.GroupsnapshotV1().VolumeGroupSnapshots(f.ns).Create(context.Background(), &groupv1.VolumeGroupSnapshot{
+	})
+	testenv.Create(t, f.client.GroupsnapshotV1().VolumeGroupSnapshots(f.ns), &groupv1.VolumeGroupSnapshot{
 		ObjectMeta: metav1.ObjectMeta{Name: "imported"},
 		Spec:       groupv1.VolumeGroupSnapshotSpec{Source: groupv1.VolumeGroupSnapshotSource{VolumeGroupSnapshotContentName: &name}},
-	}, metav1.CreateOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	})
 	vgs := f.waitGroup(t, "imported", groupReady)
 	for _, h := range []string{"s-1", "s-2"} {
 		f.waitSnapshot(t, protocol.MemberSnapshotName(vgs.UID, h), ready)

@@ -14,6 +14,7 @@ import (
 	groupv1 "github.com/shutter-csi/shutter/client/apis/volumegroupsnapshot/v1"
 	snapshotv1 "github.com/shutter-csi/shutter/client/apis/volumesnapshot/v1"
 	"github.com/shutter-csi/shutter/pkg/controller"
+	"github.com/shutter-csi/shutter/test/testenv"
 )
 
 // orphanContent is a content, single or group, whose (group) snapshot ref names a uid that no
@@ -26,59 +27,58 @@ type orphanContent struct {
 	policy func(t *testing.T, f *fixture, name string, policy snapshotv1.DeletionPolicy)
 }
 
+// contentClient is what the test uses of the typed client of a content kind.
+type contentClient[T metav1.Object] interface {
+	Create(ctx context.Context, obj T, opts metav1.CreateOptions) (T, error)
+	Get(ctx context.Context, name string, opts metav1.GetOptions) (T, error)
+	Patch(ctx context.Context, name string, pt types.PatchType, data []byte, opts metav1.PatchOptions, subresources ...string) (T, error)
+}
+
+// orphanKind is the orphanContent of the kind that client serves; orphan builds its objects.
+func orphanKind[T metav1.Object](queue string, client func(*fixture) contentClient[T],
+	orphan func(f *fixture, name, handle string, policy snapshotv1.DeletionPolicy) T) orphanContent {
+	return orphanContent{
+		queue: queue,
+		create: func(t *testing.T, f *fixture, name, handle string, policy snapshotv1.DeletionPolicy) {
+			testenv.Create(t, client(f), orphan(f, name, handle, policy))
+		},
+		get: func(f *fixture, name string) (metav1.Object, error) {
+			return client(f).Get(context.Background(), name, metav1.GetOptions{})
+		},
+		policy: func(t *testing.T, f *fixture, name string, policy snapshotv1.DeletionPolicy) {
+			patch := []byte(`{"spec":{"deletionPolicy":"` + string(policy) + `"}}`)
+			if _, err := client(f).Patch(context.Background(), name, types.MergePatchType, patch, metav1.PatchOptions{}); err != nil {
+				t.Fatal(err)
+			}
+		},
+	}
+}
+
 var orphanKinds = map[string]orphanContent{
-	"content": {
-		queue: contentQueue,
-		create: func(t *testing.T, f *fixture, name, handle string, policy snapshotv1.DeletionPolicy) {
-			_, err := f.client.SnapshotV1().VolumeSnapshotContents().Create(context.Background(), &snapshotv1.VolumeSnapshotContent{
-				ObjectMeta: metav1.ObjectMeta{Name: name},
-				Spec: snapshotv1.VolumeSnapshotContentSpec{
-					DeletionPolicy: policy, Driver: "orphan.csi.test",
-					Source:            snapshotv1.VolumeSnapshotContentSource{SnapshotHandle: &handle},
-					VolumeSnapshotRef: corev1.ObjectReference{Namespace: f.ns, Name: "vs-ghost", UID: uuid.NewUUID()},
-				},
-			}, metav1.CreateOptions{})
-			if err != nil {
-				t.Fatal(err)
-			}
+	"content": orphanKind(contentQueue,
+		func(f *fixture) contentClient[*snapshotv1.VolumeSnapshotContent] {
+			return f.client.SnapshotV1().VolumeSnapshotContents()
 		},
-		get: func(f *fixture, name string) (metav1.Object, error) {
-			return f.client.SnapshotV1().VolumeSnapshotContents().Get(context.Background(), name, metav1.GetOptions{})
+		func(f *fixture, name, handle string, policy snapshotv1.DeletionPolicy) *snapshotv1.VolumeSnapshotContent {
+			return &snapshotv1.VolumeSnapshotContent{ObjectMeta: metav1.ObjectMeta{Name: name}, Spec: snapshotv1.VolumeSnapshotContentSpec{
+				DeletionPolicy: policy, Driver: "orphan.csi.test",
+				Source:            snapshotv1.VolumeSnapshotContentSource{SnapshotHandle: &handle},
+				VolumeSnapshotRef: corev1.ObjectReference{Namespace: f.ns, Name: "vs-ghost", UID: uuid.NewUUID()},
+			}}
+		}),
+	"group content": orphanKind(groupContentQueue,
+		func(f *fixture) contentClient[*groupv1.VolumeGroupSnapshotContent] {
+			return f.client.GroupsnapshotV1().VolumeGroupSnapshotContents()
 		},
-		policy: func(t *testing.T, f *fixture, name string, policy snapshotv1.DeletionPolicy) {
-			patch := []byte(`{"spec":{"deletionPolicy":"` + string(policy) + `"}}`)
-			if _, err := f.client.SnapshotV1().VolumeSnapshotContents().Patch(context.Background(), name, types.MergePatchType, patch, metav1.PatchOptions{}); err != nil {
-				t.Fatal(err)
-			}
-		},
-	},
-	"group content": {
-		queue: groupContentQueue,
-		create: func(t *testing.T, f *fixture, name, handle string, policy snapshotv1.DeletionPolicy) {
-			_, err := f.client.GroupsnapshotV1().VolumeGroupSnapshotContents().Create(context.Background(), &groupv1.VolumeGroupSnapshotContent{
-				ObjectMeta: metav1.ObjectMeta{Name: name},
-				Spec: groupv1.VolumeGroupSnapshotContentSpec{
-					DeletionPolicy: policy, Driver: "orphan.csi.test",
-					Source: groupv1.VolumeGroupSnapshotContentSource{GroupSnapshotHandles: &groupv1.GroupSnapshotHandles{
-						VolumeGroupSnapshotHandle: handle, VolumeSnapshotHandles: []string{handle + "-1"},
-					}},
-					VolumeGroupSnapshotRef: corev1.ObjectReference{Namespace: f.ns, Name: "vgs-ghost", UID: uuid.NewUUID()},
-				},
-			}, metav1.CreateOptions{})
-			if err != nil {
-				t.Fatal(err)
-			}
-		},
-		get: func(f *fixture, name string) (metav1.Object, error) {
-			return f.client.GroupsnapshotV1().VolumeGroupSnapshotContents().Get(context.Background(), name, metav1.GetOptions{})
-		},
-		policy: func(t *testing.T, f *fixture, name string, policy snapshotv1.DeletionPolicy) {
-			patch := []byte(`{"spec":{"deletionPolicy":"` + string(policy) + `"}}`)
-			if _, err := f.client.GroupsnapshotV1().VolumeGroupSnapshotContents().Patch(context.Background(), name, types.MergePatchType, patch, metav1.PatchOptions{}); err != nil {
-				t.Fatal(err)
-			}
-		},
-	},
+		func(f *fixture, name, handle string, policy snapshotv1.DeletionPolicy) *groupv1.VolumeGroupSnapshotContent {
+			return &groupv1.VolumeGroupSnapshotContent{ObjectMeta: metav1.ObjectMeta{Name: name}, Spec: groupv1.VolumeGroupSnapshotContentSpec{
+				DeletionPolicy: policy, Driver: "orphan.csi.test",
+				Source: groupv1.VolumeGroupSnapshotContentSource{GroupSnapshotHandles: &groupv1.GroupSnapshotHandles{
+					VolumeGroupSnapshotHandle: handle, VolumeSnapshotHandles: []string{handle + "-1"},
+				}},
+				VolumeGroupSnapshotRef: corev1.ObjectReference{Namespace: f.ns, Name: "vgs-ghost", UID: uuid.NewUUID()},
+			}}
+		}),
 }
 
 // TestOrphanContentBackendDeleted creates contents whose snapshot never existed and that carry no

@@ -14,6 +14,7 @@ import (
 	snapshotv1 "github.com/shutter-csi/shutter/client/apis/volumesnapshot/v1"
 	"github.com/shutter-csi/shutter/pkg/controller"
 	"github.com/shutter-csi/shutter/pkg/protocol"
+	"github.com/shutter-csi/shutter/test/testenv"
 )
 
 func ready(vs *snapshotv1.VolumeSnapshot) bool {
@@ -42,7 +43,7 @@ func TestDynamicSnapshotLifecycle(t *testing.T) {
 	f.volume(t, "data", driver)
 	// kube-controller-manager's binding writes to the claim come first, so that none of them
 	// races the controller's claim patches into a conflict (a 409 and one more write).
-	f.waitClaim(t, "data", func(pvc *corev1.PersistentVolumeClaim) bool { return pvc.Status.Phase == corev1.ClaimBound })
+	f.waitClaim(t, "data", bound)
 
 	// Only the requests about this test's objects count: other tests' clean-up may still be
 	// under way.
@@ -154,17 +155,14 @@ func TestPreProvisionedBinding(t *testing.T) {
 	driver := "preprovisioned.csi.test"
 	startActor(t, f.client, driver)
 	contentName := "imported-" + f.ns
-	_, err := f.client.SnapshotV1().VolumeSnapshotContents().Create(context.Background(), &snapshotv1.VolumeSnapshotContent{
+	testenv.Create(t, f.client.SnapshotV1().VolumeSnapshotContents(), &snapshotv1.VolumeSnapshotContent{
 		ObjectMeta: metav1.ObjectMeta{Name: contentName},
 		Spec: snapshotv1.VolumeSnapshotContentSpec{
 			VolumeSnapshotRef: corev1.ObjectReference{Name: "imported", Namespace: f.ns},
 			DeletionPolicy:    snapshotv1.VolumeSnapshotContentDelete, Driver: driver,
 			Source: snapshotv1.VolumeSnapshotContentSource{SnapshotHandle: ptr("existing-1")},
 		},
-	}, metav1.CreateOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	})
 	// A snapshot naming a content that points elsewhere is refused.
 	f.snapshot(t, "other", snapshotv1.VolumeSnapshotSource{VolumeSnapshotContentName: &contentName}, "")
 	f.waitSnapshot(t, "other", errorContains("is bound to VolumeSnapshot "+f.ns+"/imported"))
@@ -236,9 +234,7 @@ func TestBadInputRecovers(t *testing.T) {
 func TestNoDeletionWhileBeingCreated(t *testing.T) {
 	t.Parallel()
 	f := setup(t)
-	a := f.driverWithClaim(t, "slow", snapshotv1.VolumeSnapshotContentDelete)
-	a.setHold(true)
-	vs := f.snapshotData(t)
+	a, vs := f.heldSnapshotOfData(t, "slow")
 	name := protocol.ContentName(vs.UID)
 	err := wait.PollUntilContextTimeout(context.Background(), 50*time.Millisecond, 30*time.Second, true, func(ctx context.Context) (bool, error) {
 		c, err := f.client.SnapshotV1().VolumeSnapshotContents().Get(ctx, name, metav1.GetOptions{})
@@ -259,10 +255,7 @@ func TestNoDeletionWhileBeingCreated(t *testing.T) {
 	}
 	a.setHold(false)
 	f.waitSnapshot(t, vs.Name, absent)
-	f.waitContentGone(t, name)
-	if len(a.deletedHandles()) != 1 {
-		t.Errorf("backend snapshots deleted: %v", a.deletedHandles())
-	}
+	f.waitBackendDeleted(t, a, name)
 }
 
 func getsIn(counts map[string]int) int {

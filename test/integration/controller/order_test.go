@@ -34,9 +34,7 @@ func (f *fixture) waitClaimGone(t *testing.T, name string) {
 func TestClaimDeletedWhileSnapshotIsTaken(t *testing.T) {
 	t.Parallel()
 	f := setup(t)
-	a := f.driverWithClaim(t, "claimfirst", snapshotv1.VolumeSnapshotContentDelete)
-	a.setHold(true)
-	vs := f.snapshotData(t)
+	a, vs := f.heldSnapshotOfData(t, "claimfirst")
 	f.waitClaim(t, "data", func(pvc *corev1.PersistentVolumeClaim) bool {
 		return slices.Contains(pvc.Finalizers, protocol.PVCAsSourceFinalizer)
 	})
@@ -84,10 +82,7 @@ func TestContentDeletedFirst(t *testing.T) {
 	}
 	f.deleteSnapshot(t, vs.Name)
 	f.waitSnapshot(t, vs.Name, absent)
-	f.waitContentGone(t, content)
-	if len(a.deletedHandles()) != 1 {
-		t.Errorf("backend snapshots deleted: %v", a.deletedHandles())
-	}
+	f.waitBackendDeleted(t, a, content)
 }
 
 // TestClassDeletedFirst deletes the class of a ready snapshot; deleting the snapshot still
@@ -126,12 +121,7 @@ func TestNamespaceDeletion(t *testing.T) {
 		_, err := f.kube.CoreV1().Namespaces().Get(ctx, f.ns, metav1.GetOptions{})
 		return err
 	})
-	for _, c := range contents {
-		f.waitContentGone(t, c)
-	}
-	if len(a.deletedHandles()) != 2 {
-		t.Errorf("backend snapshots deleted: %v", a.deletedHandles())
-	}
+	f.waitBackendDeleted(t, a, contents...)
 }
 
 // TestRestoreKeepsSnapshot deletes a snapshot while a claim is being restored from it: the

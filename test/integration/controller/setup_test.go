@@ -84,24 +84,17 @@ func (f *fixture) volume(t *testing.T, name, driver string) *corev1.PersistentVo
 	if err != nil {
 		t.Fatal(err)
 	}
-	return f.waitClaim(t, pvc.Name, func(pvc *corev1.PersistentVolumeClaim) bool { return pvc.Status.Phase == corev1.ClaimBound })
+	return f.waitClaim(t, pvc.Name, bound)
 }
 
+func bound(pvc *corev1.PersistentVolumeClaim) bool { return pvc.Status.Phase == corev1.ClaimBound }
+
+// waitClaim waits until ok holds for the claim, which must exist.
 func (f *fixture) waitClaim(t *testing.T, name string, ok func(*corev1.PersistentVolumeClaim) bool) *corev1.PersistentVolumeClaim {
 	t.Helper()
-	var got *corev1.PersistentVolumeClaim
-	err := wait.PollUntilContextTimeout(context.Background(), 50*time.Millisecond, 30*time.Second, true, func(ctx context.Context) (bool, error) {
-		pvc, err := f.kube.CoreV1().PersistentVolumeClaims(f.ns).Get(ctx, name, metav1.GetOptions{})
-		if err != nil {
-			return false, nil
-		}
-		got = pvc
-		return ok(pvc), nil
-	})
-	if err != nil {
-		t.Fatalf("claim %s: %v; last: %+v", name, err, got)
-	}
-	return got
+	return testenv.WaitFor(t, "claim "+name, 30*time.Second, func(ctx context.Context) (*corev1.PersistentVolumeClaim, error) {
+		return f.kube.CoreV1().PersistentVolumeClaims(f.ns).Get(ctx, name, metav1.GetOptions{})
+	}, func(pvc *corev1.PersistentVolumeClaim) bool { return pvc != nil && ok(pvc) })
 }
 
 func (f *fixture) class(t *testing.T, name, driver string, policy snapshotv1.DeletionPolicy, isDefault bool, params map[string]string) {
@@ -132,22 +125,12 @@ func (f *fixture) snapshot(t *testing.T, name string, source snapshotv1.VolumeSn
 	return created
 }
 
+// waitSnapshot waits until ok holds for the snapshot (nil once it is gone).
 func (f *fixture) waitSnapshot(t *testing.T, name string, ok func(*snapshotv1.VolumeSnapshot) bool) *snapshotv1.VolumeSnapshot {
 	t.Helper()
-	var got *snapshotv1.VolumeSnapshot
-	err := wait.PollUntilContextTimeout(context.Background(), 50*time.Millisecond, 30*time.Second, true, func(ctx context.Context) (bool, error) {
-		vs, err := f.client.SnapshotV1().VolumeSnapshots(f.ns).Get(ctx, name, metav1.GetOptions{})
-		if err != nil {
-			got = nil
-			return ok(nil), nil
-		}
-		got = vs
-		return ok(vs), nil
-	})
-	if err != nil {
-		t.Fatalf("snapshot %s: %v; last: %+v", name, err, got)
-	}
-	return got
+	return testenv.WaitFor(t, "snapshot "+name, 30*time.Second, func(ctx context.Context) (*snapshotv1.VolumeSnapshot, error) {
+		return f.client.SnapshotV1().VolumeSnapshots(f.ns).Get(ctx, name, metav1.GetOptions{})
+	}, ok)
 }
 
 // dataClaim is the claim most tests snapshot, dataSnapshot the snapshot of it.
@@ -163,6 +146,16 @@ func (f *fixture) driverWithClaim(t *testing.T, name string, policy snapshotv1.D
 	a := startActor(t, f.client, driver)
 	f.volume(t, dataClaim, driver)
 	return a
+}
+
+// heldSnapshotOfData is the start of the tests of deletions while the backend is cutting: a
+// Delete-policy driverWithClaim whose actor holds every snapshot being created, and the snapshot
+// of the claim "data".
+func (f *fixture) heldSnapshotOfData(t *testing.T, name string) (*actor, *snapshotv1.VolumeSnapshot) {
+	t.Helper()
+	a := f.driverWithClaim(t, name, snapshotv1.VolumeSnapshotContentDelete)
+	a.setHold(true)
+	return a, f.snapshotData(t)
 }
 
 // snapshotData creates the snapshot "snap" of the claim "data" with the default class.
@@ -200,6 +193,18 @@ func (f *fixture) getSnapshot(ctx context.Context, name string) error {
 func (f *fixture) waitContentGone(t *testing.T, name string) {
 	t.Helper()
 	waitGone(t, "content "+name, func(ctx context.Context) error { return f.getContent(ctx, name) })
+}
+
+// waitBackendDeleted waits until the contents of Delete policy are gone and checks that the
+// actor deleted a backend snapshot for each.
+func (f *fixture) waitBackendDeleted(t *testing.T, a *actor, contents ...string) {
+	t.Helper()
+	for _, c := range contents {
+		f.waitContentGone(t, c)
+	}
+	if got := a.deletedHandles(); len(got) != len(contents) {
+		t.Errorf("backend snapshots deleted: %v, want %d", got, len(contents))
+	}
 }
 
 // gone tells whether the answer of a get says that the object is gone.

@@ -71,15 +71,7 @@ func newHarness(t *testing.T, timeout time.Duration) *harness {
 	opts.CSIAddress, opts.Timeout, opts.Config = h.socket("proxy"), timeout, cfg
 	opts.RetryIntervalStart, opts.RetryIntervalMax, opts.Workers, opts.ResyncPeriod = 100*time.Millisecond, time.Second, 2, time.Minute
 	ctx := klog.NewContext(context.Background(), ktesting.NewLogger(t, ktesting.NewConfig(ktesting.Verbosity(2))))
-	ctx, cancel := context.WithCancel(controller.WithProcessed(ctx, h.processed.Hook))
-	done := make(chan error, 1)
-	go func() { done <- sidecar.Run(ctx, opts) }()
-	t.Cleanup(func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("sidecar: %v", err)
-		}
-	})
+	testenv.Go(t, controller.WithProcessed(ctx, h.processed.Hook), "sidecar", func(ctx context.Context) error { return sidecar.Run(ctx, opts) })
 	return h
 }
 
@@ -94,19 +86,7 @@ func (h *harness) startDriver(t *testing.T) {
 	opts := hostpath.DefaultOptions()
 	opts.Endpoint, opts.NodeID, opts.DriverName = "unix://"+h.socket("driver"), "node-1", h.driverName
 	opts.DataDir, opts.Capacity, opts.Sync = filepath.Join(h.dir, "data"), 1<<30, false
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- hostpath.Run(ctx, opts) }()
-	var once sync.Once
-	h.stopDriver = func() {
-		once.Do(func() {
-			cancel()
-			if err := <-done; err != nil {
-				t.Errorf("hostpath driver: %v", err)
-			}
-		})
-	}
-	t.Cleanup(h.stopDriver)
+	h.stopDriver = testenv.Go(t, context.Background(), "hostpath driver", func(ctx context.Context) error { return hostpath.Run(ctx, opts) })
 	waitForSocket(t, h.socket("driver"))
 	if h.backend == nil {
 		conn, err := grpc.NewClient("unix://"+h.socket("driver"), grpc.WithTransportCredentials(insecure.NewCredentials()))

@@ -5,24 +5,21 @@ import (
 	"maps"
 	"net"
 	"os"
+	"slices"
 	"sync"
 	"testing"
 
 	"github.com/container-storage-interface/spec/lib/go/csi"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/protobuf/proto"
 )
 
-// proxy stands between the sidecar and the driver: it forwards the calls the sidecar makes,
-// remembers the secrets each method got, and can answer CreateSnapshot late (after the driver
-// has done the work), as a slow backend would.
+// proxy stands between the sidecar and the driver: it passes every call on to the driver
+// unread, remembers the secrets each snapshot method got, and can answer CreateSnapshot late
+// (after the driver has done the work), as a slow backend would.
 type proxy struct {
-	csi.UnimplementedIdentityServer
-	csi.UnimplementedControllerServer
-	csi.UnimplementedGroupControllerServer
-	id    csi.IdentityClient
-	ctrl  csi.ControllerClient
-	group csi.GroupControllerClient
+	driver *grpc.ClientConn
 
 	mu      sync.Mutex
 	late    int           // so many of the next CreateSnapshot calls answer only once the caller gave up
@@ -33,6 +30,20 @@ type proxy struct {
 	srv *grpc.Server
 }
 
+// secretsRequest is a CSI request that carries secrets.
+type secretsRequest interface {
+	proto.Message
+	GetSecrets() map[string]string
+}
+
+// withSecrets makes an empty request of each method whose secrets the proxy remembers.
+var withSecrets = map[string]func() secretsRequest{
+	csi.Controller_CreateSnapshot_FullMethodName: func() secretsRequest { return &csi.CreateSnapshotRequest{} },
+	csi.Controller_DeleteSnapshot_FullMethodName: func() secretsRequest { return &csi.DeleteSnapshotRequest{} },
+	csi.Controller_ListSnapshots_FullMethodName:  func() secretsRequest { return &csi.ListSnapshotsRequest{} },
+	csi.Controller_GetSnapshot_FullMethodName:    func() secretsRequest { return &csi.GetSnapshotRequest{} },
+}
+
 func startProxy(t *testing.T, path, target string) *proxy {
 	t.Helper()
 	conn, err := grpc.NewClient("unix://"+target, grpc.WithTransportCredentials(insecure.NewCredentials()))
@@ -40,22 +51,19 @@ func startProxy(t *testing.T, path, target string) *proxy {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = conn.Close() })
-	p := &proxy{id: csi.NewIdentityClient(conn), ctrl: csi.NewControllerClient(conn), group: csi.NewGroupControllerClient(conn),
-		secrets: map[string]map[string]string{}}
+	p := &proxy{driver: conn, secrets: map[string]map[string]string{}}
 	p.serve(t, path)
 	return p
 }
 
+// serve answers every method through forward, since the proxy registers no service.
 func (p *proxy) serve(t *testing.T, path string) {
 	_ = os.Remove(path)
 	lis, err := net.Listen("unix", path)
 	if err != nil {
 		t.Fatal(err)
 	}
-	p.srv = grpc.NewServer()
-	csi.RegisterIdentityServer(p.srv, p)
-	csi.RegisterControllerServer(p.srv, p)
-	csi.RegisterGroupControllerServer(p.srv, p)
+	p.srv = grpc.NewServer(grpc.UnknownServiceHandler(p.forward), grpc.ForceServerCodec(frameCodec{}))
 	go func() { _ = p.srv.Serve(lis) }()
 	t.Cleanup(p.srv.Stop)
 }
@@ -76,36 +84,60 @@ func (p *proxy) answerLate(n int) {
 	p.late += n
 }
 
+// secretsOf returns the secrets of the last call of method (its full name).
 func (p *proxy) secretsOf(method string) map[string]string {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	return p.secrets[method]
 }
 
-func (p *proxy) record(method string, secrets map[string]string) {
+// forward passes one unary call on to the driver.
+func (p *proxy) forward(_ any, stream grpc.ServerStream) error {
+	method, _ := grpc.MethodFromServerStream(stream)
+	var req frame
+	if err := stream.RecvMsg(&req); err != nil {
+		return err
+	}
+	if err := p.record(method, req); err != nil {
+		return err
+	}
+	call := func(ctx context.Context) (frame, error) {
+		var resp frame
+		err := p.driver.Invoke(ctx, method, &req, &resp, grpc.ForceCodec(frameCodec{}))
+		return resp, err
+	}
+	var resp frame
+	var err error
+	if method == csi.Controller_CreateSnapshot_FullMethodName {
+		resp, err = p.createSnapshot(stream.Context(), call)
+	} else {
+		resp, err = call(stream.Context())
+	}
+	if err != nil {
+		return err
+	}
+	return stream.SendMsg(&resp)
+}
+
+// record remembers the secrets of a request of the methods in withSecrets.
+func (p *proxy) record(method string, req frame) error {
+	newRequest, ok := withSecrets[method]
+	if !ok {
+		return nil
+	}
+	r := newRequest()
+	if err := proto.Unmarshal(req, r); err != nil {
+		return err
+	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	p.secrets[method] = maps.Clone(secrets)
+	p.secrets[method] = maps.Clone(r.GetSecrets())
+	return nil
 }
 
-func (p *proxy) GetPluginInfo(ctx context.Context, r *csi.GetPluginInfoRequest) (*csi.GetPluginInfoResponse, error) {
-	return p.id.GetPluginInfo(ctx, r)
-}
-
-func (p *proxy) GetPluginCapabilities(ctx context.Context, r *csi.GetPluginCapabilitiesRequest) (*csi.GetPluginCapabilitiesResponse, error) {
-	return p.id.GetPluginCapabilities(ctx, r)
-}
-
-func (p *proxy) Probe(ctx context.Context, r *csi.ProbeRequest) (*csi.ProbeResponse, error) {
-	return p.id.Probe(ctx, r)
-}
-
-func (p *proxy) ControllerGetCapabilities(ctx context.Context, r *csi.ControllerGetCapabilitiesRequest) (*csi.ControllerGetCapabilitiesResponse, error) {
-	return p.ctrl.ControllerGetCapabilities(ctx, r)
-}
-
-func (p *proxy) CreateSnapshot(ctx context.Context, r *csi.CreateSnapshotRequest) (*csi.CreateSnapshotResponse, error) {
-	p.record("CreateSnapshot", r.GetSecrets())
+// createSnapshot makes the driver's CreateSnapshot call, answering late or held as the test
+// asked.
+func (p *proxy) createSnapshot(ctx context.Context, call func(context.Context) (frame, error)) (frame, error) {
 	p.mu.Lock()
 	p.creates++
 	late := p.late > 0
@@ -115,7 +147,7 @@ func (p *proxy) CreateSnapshot(ctx context.Context, r *csi.CreateSnapshotRequest
 	hold := p.hold
 	p.mu.Unlock()
 	// The driver does the work with a context of its own: the caller's may expire first.
-	resp, err := p.ctrl.CreateSnapshot(context.WithoutCancel(ctx), r)
+	resp, err := call(context.WithoutCancel(ctx))
 	if late {
 		<-ctx.Done()
 		return nil, ctx.Err()
@@ -130,33 +162,17 @@ func (p *proxy) CreateSnapshot(ctx context.Context, r *csi.CreateSnapshotRequest
 	return resp, err
 }
 
-func (p *proxy) DeleteSnapshot(ctx context.Context, r *csi.DeleteSnapshotRequest) (*csi.DeleteSnapshotResponse, error) {
-	p.record("DeleteSnapshot", r.GetSecrets())
-	return p.ctrl.DeleteSnapshot(ctx, r)
+// frame is an encoded message that the proxy passes on unread.
+type frame []byte
+
+// frameCodec encodes and decodes frames as they are.
+type frameCodec struct{}
+
+func (frameCodec) Marshal(v any) ([]byte, error) { return *v.(*frame), nil }
+
+func (frameCodec) Unmarshal(data []byte, v any) error {
+	*v.(*frame) = slices.Clone(data)
+	return nil
 }
 
-func (p *proxy) ListSnapshots(ctx context.Context, r *csi.ListSnapshotsRequest) (*csi.ListSnapshotsResponse, error) {
-	p.record("ListSnapshots", r.GetSecrets())
-	return p.ctrl.ListSnapshots(ctx, r)
-}
-
-func (p *proxy) GetSnapshot(ctx context.Context, r *csi.GetSnapshotRequest) (*csi.GetSnapshotResponse, error) {
-	p.record("GetSnapshot", r.GetSecrets())
-	return p.ctrl.GetSnapshot(ctx, r)
-}
-
-func (p *proxy) GroupControllerGetCapabilities(ctx context.Context, r *csi.GroupControllerGetCapabilitiesRequest) (*csi.GroupControllerGetCapabilitiesResponse, error) {
-	return p.group.GroupControllerGetCapabilities(ctx, r)
-}
-
-func (p *proxy) CreateVolumeGroupSnapshot(ctx context.Context, r *csi.CreateVolumeGroupSnapshotRequest) (*csi.CreateVolumeGroupSnapshotResponse, error) {
-	return p.group.CreateVolumeGroupSnapshot(ctx, r)
-}
-
-func (p *proxy) DeleteVolumeGroupSnapshot(ctx context.Context, r *csi.DeleteVolumeGroupSnapshotRequest) (*csi.DeleteVolumeGroupSnapshotResponse, error) {
-	return p.group.DeleteVolumeGroupSnapshot(ctx, r)
-}
-
-func (p *proxy) GetVolumeGroupSnapshot(ctx context.Context, r *csi.GetVolumeGroupSnapshotRequest) (*csi.GetVolumeGroupSnapshotResponse, error) {
-	return p.group.GetVolumeGroupSnapshot(ctx, r)
-}
+func (frameCodec) Name() string { return "proto" }

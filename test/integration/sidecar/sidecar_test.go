@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/container-storage-interface/spec/lib/go/csi"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -73,23 +74,9 @@ func (h *harness) createClass(t *testing.T, params map[string]string) string {
 // waitContent waits until cond holds for the content (nil once it is gone).
 func (h *harness) waitContent(t *testing.T, name, what string, cond func(*snapshotv1.VolumeSnapshotContent) bool) *snapshotv1.VolumeSnapshotContent {
 	t.Helper()
-	var last *snapshotv1.VolumeSnapshotContent
-	err := wait.PollUntilContextTimeout(t.Context(), 50*time.Millisecond, 30*time.Second, true, func(ctx context.Context) (bool, error) {
-		c, err := h.client.SnapshotV1().VolumeSnapshotContents().Get(ctx, name, metav1.GetOptions{})
-		if apierrors.IsNotFound(err) {
-			last = nil
-			return cond(nil), nil
-		}
-		if err != nil {
-			return false, err
-		}
-		last = c
-		return cond(c), nil
-	})
-	if err != nil {
-		t.Fatalf("content %s never %s: %v; last %+v", name, what, err, last)
-	}
-	return last
+	return testenv.WaitFor(t, "content "+name+" never "+what, 30*time.Second, func(ctx context.Context) (*snapshotv1.VolumeSnapshotContent, error) {
+		return h.client.SnapshotV1().VolumeSnapshotContents().Get(ctx, name, metav1.GetOptions{})
+	}, cond)
 }
 
 // getContent reads the content; nil once it is gone.
@@ -131,6 +118,17 @@ func (h *harness) markDeleted(t *testing.T, name string, secret *types.Namespace
 	}
 }
 
+// deleteContent deletes the content as the controller would (see markDeleted), waits until it is
+// gone, and checks that the driver is then left with want snapshots of volume.
+func (h *harness) deleteContent(t *testing.T, name string, secret *types.NamespacedName, volume string, want int) {
+	t.Helper()
+	h.markDeleted(t, name, secret)
+	h.waitContent(t, name, "gone", gone)
+	if snaps := h.backendSnapshots(t, volume); len(snaps) != want {
+		t.Errorf("backend snapshots of %s after deleting %s: %v, want %d", volume, name, snaps, want)
+	}
+}
+
 func (h *harness) createSecret(t *testing.T, ns, name string) {
 	t.Helper()
 	s := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name}, StringData: map[string]string{"token": ns + "/" + name}}
@@ -161,7 +159,7 @@ func TestDynamicWithSecrets(t *testing.T) {
 	if len(snaps) != 1 || snaps[0].GetSnapshotId() != *c.Status.SnapshotHandle || *c.Status.RestoreSize != snaps[0].GetSizeBytes() || c.Status.CreationTime == nil {
 		t.Fatalf("backend %v, status %+v", snaps, c.Status)
 	}
-	if got := h.proxy.secretsOf("CreateSnapshot")["token"]; got != ns+"/snap-creds" {
+	if got := h.proxy.secretsOf(csi.Controller_CreateSnapshot_FullMethodName)["token"]; got != ns+"/snap-creds" {
 		t.Errorf("CreateSnapshot got secret %q", got)
 	}
 	// A successful sync of the ready content leaves nothing to do: no requeue, and the
@@ -175,12 +173,8 @@ func TestDynamicWithSecrets(t *testing.T) {
 		t.Errorf("create writes %v, want %v", created, want)
 	}
 
-	h.markDeleted(t, c.Name, &types.NamespacedName{Namespace: ns, Name: "delete-creds"})
-	h.waitContent(t, c.Name, "gone", gone)
-	if snaps := h.backendSnapshots(t, vol); len(snaps) != 0 {
-		t.Errorf("backend snapshots left: %v", snaps)
-	}
-	if got := h.proxy.secretsOf("DeleteSnapshot")["token"]; got != ns+"/delete-creds" {
+	h.deleteContent(t, c.Name, &types.NamespacedName{Namespace: ns, Name: "delete-creds"}, vol, 0)
+	if got := h.proxy.secretsOf(csi.Controller_DeleteSnapshot_FullMethodName)["token"]; got != ns+"/delete-creds" {
 		t.Errorf("DeleteSnapshot got secret %q", got)
 	}
 	deleted := h.writes.take(c.Name)
@@ -219,11 +213,7 @@ func TestRetain(t *testing.T) {
 		c.Spec.DeletionPolicy = snapshotv1.VolumeSnapshotContentRetain
 	})
 	h.waitContent(t, c.Name, "ready", ready)
-	h.markDeleted(t, c.Name, nil)
-	h.waitContent(t, c.Name, "gone", gone)
-	if snaps := h.backendSnapshots(t, vol); len(snaps) != 1 {
-		t.Errorf("backend snapshots %v, want the retained one", snaps)
-	}
+	h.deleteContent(t, c.Name, nil, vol, 1)
 }
 
 // TestPreProvisioned: a content naming an existing backend snapshot gets its status; one
@@ -282,11 +272,7 @@ func TestTimeoutThenSuccess(t *testing.T) {
 	h.waitContent(t, c2.Name, "marked being-created", func(c *snapshotv1.VolumeSnapshotContent) bool {
 		return c.Annotations[protocol.AnnBeingCreated] == "yes"
 	})
-	h.markDeleted(t, c2.Name, nil)
-	h.waitContent(t, c2.Name, "gone", gone)
-	if snaps := h.backendSnapshots(t, vol2); len(snaps) != 0 {
-		t.Errorf("leaked backend snapshots %v", snaps)
-	}
+	h.deleteContent(t, c2.Name, nil, vol2, 0)
 }
 
 // TestDriverRestart: the driver (and the socket the sidecar talks to) restarts while
