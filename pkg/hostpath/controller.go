@@ -307,16 +307,12 @@ func compatibleVolume(v state.Volume, spec volumeSpec) error {
 // attached or published is refused with FailedPrecondition.
 func (s *controllerServer) DeleteVolume(ctx context.Context, req *csi.DeleteVolumeRequest) (*csi.DeleteVolumeResponse, error) {
 	id := req.GetVolumeId()
-	if err := checkID("volume_id", id); err != nil {
-		return nil, err
-	}
-	release, err := s.d.locks.acquire(volumeKey(id))
+	v, found, release, err := lockIfAny(s.d, s.d.volumes, "volume_id", id, volumeKey(id))
 	if err != nil {
 		return nil, err
 	}
 	defer release()
-	v, ok := s.d.volumes.Get(id)
-	if !ok {
+	if !found {
 		return &csi.DeleteVolumeResponse{}, nil
 	}
 	if len(v.Attachments) > 0 || len(v.Published) > 0 || v.Staged != "" {
@@ -353,6 +349,21 @@ func (d *Driver) lockVolume(id string) (v state.Volume, release func(), err erro
 		return v, nil, err
 	}
 	return v, release, nil
+}
+
+// lockIfAny validates id (named field in errors), takes the lock key
+// (Aborted when an operation on it is in flight) and reads id's record from
+// table; found is false when there is none. The caller calls release when
+// err is nil.
+func lockIfAny[T any](d *Driver, table *state.Table[T], field, id, key string) (rec T, found bool, release func(), err error) {
+	if err = checkID(field, id); err != nil {
+		return rec, false, nil, err
+	}
+	if release, err = d.locks.acquire(key); err != nil {
+		return rec, false, nil, err
+	}
+	rec, found = table.Get(id)
+	return rec, found, release, nil
 }
 
 // lookupVolume validates id and returns its record or NotFound.

@@ -225,16 +225,12 @@ func (d *Driver) commitBeforeDataFlush(c state.Change) error {
 // a group snapshot is deleted with its group only (FailedPrecondition).
 func (s *controllerServer) DeleteSnapshot(ctx context.Context, req *csi.DeleteSnapshotRequest) (*csi.DeleteSnapshotResponse, error) {
 	id := req.GetSnapshotId()
-	if err := checkID("snapshot_id", id); err != nil {
-		return nil, err
-	}
-	release, err := s.d.locks.acquire(snapshotKey(id))
+	snap, found, release, err := lockIfAny(s.d, s.d.snapshots, "snapshot_id", id, snapshotKey(id))
 	if err != nil {
 		return nil, err
 	}
 	defer release()
-	snap, ok := s.d.snapshots.Get(id)
-	if !ok {
+	if !found {
 		return &csi.DeleteSnapshotResponse{}, nil
 	}
 	if err := s.d.restores.waitSnapshots(ctx, id); err != nil {
