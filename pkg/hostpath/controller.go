@@ -366,16 +366,22 @@ func lockIfAny[T any](d *Driver, table *state.Table[T], field, id, key string) (
 	return rec, found, release, nil
 }
 
+// lookup validates id (named field in errors) and returns its record in
+// table, or NotFound naming the kind of record.
+func lookup[T any](table *state.Table[T], kind, field, id string) (rec T, err error) {
+	if err := checkID(field, id); err != nil {
+		return rec, err
+	}
+	rec, ok := table.Get(id)
+	if !ok {
+		return rec, status.Errorf(codes.NotFound, "%s %s not found", kind, id)
+	}
+	return rec, nil
+}
+
 // lookupVolume validates id and returns its record or NotFound.
 func (d *Driver) lookupVolume(field, id string) (state.Volume, error) {
-	if err := checkID(field, id); err != nil {
-		return state.Volume{}, err
-	}
-	v, ok := d.volumes.Get(id)
-	if !ok {
-		return state.Volume{}, status.Errorf(codes.NotFound, "volume %s not found", id)
-	}
-	return v, nil
+	return lookup(d.volumes, "volume", field, id)
 }
 
 // ValidateVolumeCapabilities confirms capabilities that match the volume's

@@ -294,14 +294,7 @@ func (s *controllerServer) GetSnapshot(_ context.Context, req *csi.GetSnapshotRe
 
 // lookupSnapshot validates id and returns its record or NotFound.
 func (d *Driver) lookupSnapshot(field, id string) (state.Snapshot, error) {
-	if err := checkID(field, id); err != nil {
-		return state.Snapshot{}, err
-	}
-	snap, ok := d.snapshots.Get(id)
-	if !ok {
-		return state.Snapshot{}, status.Errorf(codes.NotFound, "snapshot %s not found", id)
-	}
-	return snap, nil
+	return lookup(d.snapshots, "snapshot", field, id)
 }
 
 // csiSnapshot converts a record to its CSI form. Every record is ready.
