@@ -258,12 +258,7 @@ func (w *crashWorld) restore(ctx context.Context, ctrl csi.ControllerClient, rng
 	if src == "" {
 		return nil
 	}
-	_, err := ctrl.CreateVolume(ctx, &csi.CreateVolumeRequest{
-		Name: name, CapacityRange: &csi.CapacityRange{RequiredBytes: 1 << 20}, VolumeCapabilities: []*csi.VolumeCapability{capFor(block)},
-		VolumeContentSource: &csi.VolumeContentSource{Type: &csi.VolumeContentSource_Snapshot{
-			Snapshot: &csi.VolumeContentSource_SnapshotSource{SnapshotId: src},
-		}},
-	})
+	_, err := ctrl.CreateVolume(ctx, restoreRequest(name, src, 1<<20, capFor(block)))
 	w.free(src)
 	w.settle(id, err, acked, nil)
 	return err

@@ -21,11 +21,7 @@ import (
 // its ID.
 func (e *testEnv) restoreVolume(t *testing.T, name, snapID string, size int64, c *csi.VolumeCapability) string {
 	t.Helper()
-	resp, err := e.ctrl.CreateVolume(context.Background(), restoreRequest(name, snapID, size, c))
-	if err != nil {
-		t.Fatalf("CreateVolume %s from %s: %v", name, snapID, err)
-	}
-	return resp.GetVolume().GetVolumeId()
+	return e.createVolumeFrom(t, name, size, c, snapshotSource(snapID)).GetVolumeId()
 }
 
 // wantNoData fails unless nothing exists at a snapshot's data path, under

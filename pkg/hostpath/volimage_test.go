@@ -250,12 +250,9 @@ func TestImageVolumeSnapshotRestoreAndClone(t *testing.T) {
 	want := treeAttrs(t, root)
 	snap := e.createSnapshot(t, "snap-1", src)
 
-	restored := e.createVolumeFrom(t, "pvc-restored", &csi.VolumeContentSource{Type: &csi.VolumeContentSource_Snapshot{
-		Snapshot: &csi.VolumeContentSource_SnapshotSource{SnapshotId: snap.GetSnapshotId()}}})
-	clone := e.createVolumeFrom(t, "pvc-clone", &csi.VolumeContentSource{Type: &csi.VolumeContentSource_Volume{
-		Volume: &csi.VolumeContentSource_VolumeSource{VolumeId: src}}})
-	fromEmpty := e.createVolumeFrom(t, "pvc-from-empty", &csi.VolumeContentSource{Type: &csi.VolumeContentSource_Snapshot{
-		Snapshot: &csi.VolumeContentSource_SnapshotSource{SnapshotId: empty.GetSnapshotId()}}})
+	restored := e.restoreVolume(t, "pvc-restored", snap.GetSnapshotId(), 32<<20, mountCap())
+	clone := e.createVolumeFrom(t, "pvc-clone", 32<<20, mountCap(), volumeSource(src)).GetVolumeId()
+	fromEmpty := e.restoreVolume(t, "pvc-from-empty", empty.GetSnapshotId(), 32<<20, mountCap())
 	for name, id := range map[string]string{"restored": restored, "clone": clone} {
 		v, _ := e.d.volumes.Get(id)
 		if !v.Image {
@@ -272,19 +269,6 @@ func TestImageVolumeSnapshotRestoreAndClone(t *testing.T) {
 	for _, id := range []string{restored, clone, fromEmpty, src} {
 		e.deleteVolume(t, id)
 	}
-}
-
-// createVolumeFrom creates a 32 MiB filesystem volume from source.
-func (e *testEnv) createVolumeFrom(t *testing.T, name string, source *csi.VolumeContentSource) string {
-	t.Helper()
-	resp, err := e.ctrl.CreateVolume(context.Background(), &csi.CreateVolumeRequest{
-		Name: name, CapacityRange: &csi.CapacityRange{RequiredBytes: 32 << 20},
-		VolumeCapabilities: []*csi.VolumeCapability{mountCap()}, VolumeContentSource: source,
-	})
-	if err != nil {
-		t.Fatalf("CreateVolume %s: %v", name, err)
-	}
-	return resp.GetVolume().GetVolumeId()
 }
 
 func TestImageVolumeExpand(t *testing.T) {
