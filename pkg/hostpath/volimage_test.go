@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/container-storage-interface/spec/lib/go/csi"
+	"github.com/shutter-csi/shutter/internal/fstest"
 	"github.com/shutter-csi/shutter/pkg/mountinfo"
 	"golang.org/x/sys/unix"
 	"google.golang.org/grpc/codes"
@@ -136,15 +137,6 @@ func writeUntilFull(path string, n int64) (int64, error) {
 	return written, f.Sync()
 }
 
-func allocatedBytes(t *testing.T, path string) int64 {
-	t.Helper()
-	var st unix.Stat_t
-	if err := unix.Stat(path, &st); err != nil {
-		t.Fatal(err)
-	}
-	return st.Blocks * 512
-}
-
 func TestImageVolumeCannotOutgrowItsSize(t *testing.T) {
 	e := newImageEnv(t)
 	const size = 32 << 20
@@ -161,7 +153,7 @@ func TestImageVolumeCannotOutgrowItsSize(t *testing.T) {
 		t.Fatalf("writing %d bytes into a %d-byte volume: wrote %d, error %v; want ENOSPC", size+1<<20, size, written, err)
 	}
 	t.Logf("a %d-byte volume took %d bytes before ENOSPC", size, written)
-	if got := allocatedBytes(t, e.d.imagePath(full)); got > size {
+	if got := fstest.Allocated(t, e.d.imagePath(full)); got > size {
 		t.Errorf("the full volume's image takes %d bytes of the node's disk, more than its %d", got, size)
 	}
 	var after unix.Statfs_t
