@@ -80,6 +80,16 @@ func logEnd(l *Log) int {
 	return int(l.size)
 }
 
+// putVolume puts a record of volume id into tab and returns the end of the
+// log's last frame after it.
+func putVolume(t *testing.T, l *Log, tab *Table[Volume], id string) int {
+	t.Helper()
+	if err := tab.Put(id, Volume{ID: id}); err != nil {
+		t.Fatal(err)
+	}
+	return logEnd(l)
+}
+
 func logSize(t *testing.T, dir string) int64 {
 	t.Helper()
 	info, err := os.Stat(logPath(dir))
@@ -151,14 +161,8 @@ func TestOpenDropsTornOrCorruptTail(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			dir := t.TempDir()
 			l, tab := openVolumes(t, dir)
-			if err := tab.Put("vol-a", Volume{ID: "vol-a"}); err != nil {
-				t.Fatal(err)
-			}
-			last := logEnd(l)
-			if err := tab.Put("vol-b", Volume{ID: "vol-b"}); err != nil {
-				t.Fatal(err)
-			}
-			end := logEnd(l)
+			last := putVolume(t, l, tab, "vol-a")
+			end := putVolume(t, l, tab, "vol-b")
 			data := closeAndRead(t, l, dir)
 			tc.damage(data, last, end)
 			if err := os.WriteFile(logPath(dir), data, 0o600); err != nil {
