@@ -59,9 +59,7 @@ func modeOf(t *testing.T, path string) fs.FileMode {
 func hasDataExtent(t *testing.T, path string) bool {
 	t.Helper()
 	f, err := os.Open(path)
-	if err != nil {
-		t.Fatal(err)
-	}
+	mustDo(t, err)
 	defer f.Close()
 	_, err = unix.Seek(int(f.Fd()), 0, unix.SEEK_DATA)
 	if errors.Is(err, unix.ENXIO) {
