@@ -391,3 +391,35 @@ func TestAttachLimit(t *testing.T) {
 	_, err = e.ctrl.DeleteVolume(context.Background(), &csi.DeleteVolumeRequest{VolumeId: a.GetVolumeId()})
 	wantCode(t, err, codes.FailedPrecondition)
 }
+
+// TestAttachRequestChecks: attach and detach are refused while attach is
+// off; a detach may leave out the node (every node) but not name a
+// malformed one; detaching an unknown volume is success.
+func TestAttachRequestChecks(t *testing.T) {
+	e := newTestEnv(t)
+	ctx := context.Background()
+	vol := e.createVolume(t, "a", 1<<20, blockCap()).GetVolumeId()
+	publish := func(e *testEnv, id, node string) error {
+		_, err := e.ctrl.ControllerPublishVolume(ctx, &csi.ControllerPublishVolumeRequest{VolumeId: id, NodeId: node, VolumeCapability: blockCap()})
+		return err
+	}
+	unpublish := func(e *testEnv, id, node string) error {
+		_, err := e.ctrl.ControllerUnpublishVolume(ctx, &csi.ControllerUnpublishVolumeRequest{VolumeId: id, NodeId: node})
+		return err
+	}
+	wantCode(t, publish(e, vol, ""), codes.InvalidArgument)
+	wantCode(t, publish(e, "", "node-1"), codes.InvalidArgument)
+	wantCode(t, publish(e, vol, "../x"), codes.InvalidArgument)
+	wantCode(t, unpublish(e, "", "node-1"), codes.InvalidArgument)
+	wantCode(t, unpublish(e, vol, "../x"), codes.InvalidArgument)
+	wantCode(t, unpublish(e, "unknown-vol", "node-1"), codes.OK)
+	wantCode(t, publish(e, vol, "node-1"), codes.OK)
+	wantCode(t, unpublish(e, vol, ""), codes.OK)
+	got, err := e.ctrl.ControllerGetVolume(ctx, &csi.ControllerGetVolumeRequest{VolumeId: vol})
+	if err != nil || len(got.GetStatus().GetPublishedNodeIds()) != 0 {
+		t.Fatalf("ControllerGetVolume after a detach from every node = %v, %v", got, err)
+	}
+	off := newTestEnv(t, func(o *Options) { o.EnableAttach = false })
+	wantCode(t, publish(off, vol, "node-1"), codes.Unimplemented)
+	wantCode(t, unpublish(off, vol, "node-1"), codes.Unimplemented)
+}
