@@ -1,7 +1,11 @@
 // Package syncset holds Set, a set of keys that is safe for concurrent use.
 package syncset
 
-import "sync"
+import (
+	"maps"
+	"slices"
+	"sync"
+)
 
 // Set is a set of keys that is safe for concurrent use. The zero value is an
 // empty set.
@@ -39,9 +43,5 @@ func (s *Set[K]) Has(k K) bool {
 func (s *Set[K]) Keys() []K {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	keys := make([]K, 0, len(s.m))
-	for k := range s.m {
-		keys = append(keys, k)
-	}
-	return keys
+	return slices.Collect(maps.Keys(s.m))
 }
