@@ -1,7 +1,7 @@
 //go:build linux
 
 // Package fstest gives tests small filesystems of their own: a tmpfs of a given size, mounted for
-// the test and unmounted after it, and a way to fill one up.
+// the test and unmounted after it, a way to fill one up, and what a file occupies on disk.
 package fstest
 
 import (
@@ -31,6 +31,16 @@ func MountTmpfs(t testing.TB, size int) string {
 		}
 	})
 	return dir
+}
+
+// Allocated returns the bytes the file at path occupies on disk.
+func Allocated(t testing.TB, path string) int64 {
+	t.Helper()
+	var st unix.Stat_t
+	if err := unix.Stat(path, &st); err != nil {
+		t.Fatal(err)
+	}
+	return st.Blocks * 512
 }
 
 // FillDisk writes a file into dir until its filesystem is full and returns the file's path;

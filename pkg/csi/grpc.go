@@ -29,7 +29,6 @@ type ConnectOptions struct {
 // GRPC is the Client on a gRPC connection to a driver.
 type GRPC struct {
 	conn       *grpc.ClientConn
-	timeout    time.Duration
 	name       string
 	caps       Capabilities
 	controller csi.ControllerClient
@@ -64,9 +63,8 @@ func Connect(ctx context.Context, opts ConnectOptions) (*GRPC, error) {
 }
 
 func newGRPC(ctx context.Context, conn *grpc.ClientConn, opts ConnectOptions) (*GRPC, error) {
-	logged := &loggedConn{ClientConnInterface: conn}
-	c := &GRPC{conn: conn, timeout: opts.Timeout,
-		controller: csi.NewControllerClient(logged), group: csi.NewGroupControllerClient(logged)}
+	logged := &loggedConn{ClientConnInterface: conn, timeout: opts.Timeout}
+	c := &GRPC{conn: conn, controller: csi.NewControllerClient(logged), group: csi.NewGroupControllerClient(logged)}
 	if err := rpc.ProbeForever(ctx, conn, opts.Timeout); err != nil {
 		return nil, fmt.Errorf("CSI driver at %s is not ready: %w", opts.Address, err)
 	}
@@ -127,24 +125,26 @@ func (c *GRPC) Capabilities() Capabilities { return c.caps }
 
 // CreateSnapshot implements Client.
 func (c *GRPC) CreateSnapshot(ctx context.Context, req CreateSnapshotRequest) (*Snapshot, error) {
-	ctx, cancel := context.WithTimeout(ctx, c.timeout)
-	defer cancel()
 	resp, err := c.controller.CreateSnapshot(ctx, &csi.CreateSnapshotRequest{
 		Name: req.Name, SourceVolumeId: req.SourceVolumeID, Parameters: req.Parameters, Secrets: req.Secrets,
 	})
-	if err != nil {
+	if err := checkCreated("CreateSnapshot", "snapshot", resp.GetSnapshot().GetSnapshotId(), err); err != nil {
 		return nil, err
-	}
-	if resp.GetSnapshot().GetSnapshotId() == "" {
-		return nil, status.Error(codes.Internal, "CreateSnapshot returned no snapshot id")
 	}
 	return snapshot(resp.GetSnapshot()), nil
 }
 
+// checkCreated returns the error of a create call, or Internal when the call
+// succeeded without naming the ID of what it created.
+func checkCreated(rpc, what, id string, err error) error {
+	if err == nil && id == "" {
+		return status.Errorf(codes.Internal, "%s returned no %s id", rpc, what)
+	}
+	return err
+}
+
 // DeleteSnapshot implements Client.
 func (c *GRPC) DeleteSnapshot(ctx context.Context, id string, secrets map[string]string) error {
-	ctx, cancel := context.WithTimeout(ctx, c.timeout)
-	defer cancel()
 	_, err := c.controller.DeleteSnapshot(ctx, &csi.DeleteSnapshotRequest{SnapshotId: id, Secrets: secrets})
 	if status.Code(err) == codes.NotFound {
 		return nil
@@ -154,8 +154,6 @@ func (c *GRPC) DeleteSnapshot(ctx context.Context, id string, secrets map[string
 
 // GetSnapshot implements Client.
 func (c *GRPC) GetSnapshot(ctx context.Context, id string, secrets map[string]string) (*Snapshot, error) {
-	ctx, cancel := context.WithTimeout(ctx, c.timeout)
-	defer cancel()
 	switch {
 	case c.caps.GetSnapshot:
 		resp, err := c.controller.GetSnapshot(ctx, &csi.GetSnapshotRequest{SnapshotId: id, Secrets: secrets})
@@ -187,16 +185,11 @@ func (c *GRPC) CreateGroupSnapshot(ctx context.Context, req CreateGroupSnapshotR
 	if !c.caps.GroupSnapshots {
 		return nil, fmt.Errorf("group snapshots: %w", errNotSupported)
 	}
-	ctx, cancel := context.WithTimeout(ctx, c.timeout)
-	defer cancel()
 	resp, err := c.group.CreateVolumeGroupSnapshot(ctx, &csi.CreateVolumeGroupSnapshotRequest{
 		Name: req.Name, SourceVolumeIds: req.SourceVolumeIDs, Parameters: req.Parameters, Secrets: req.Secrets,
 	})
-	if err != nil {
+	if err := checkCreated("CreateVolumeGroupSnapshot", "group snapshot", resp.GetGroupSnapshot().GetGroupSnapshotId(), err); err != nil {
 		return nil, err
-	}
-	if resp.GetGroupSnapshot().GetGroupSnapshotId() == "" {
-		return nil, status.Error(codes.Internal, "CreateVolumeGroupSnapshot returned no group snapshot id")
 	}
 	return groupSnapshot(resp.GetGroupSnapshot()), nil
 }
@@ -206,8 +199,6 @@ func (c *GRPC) DeleteGroupSnapshot(ctx context.Context, id string, snapshotIDs [
 	if !c.caps.GroupSnapshots {
 		return fmt.Errorf("group snapshots: %w", errNotSupported)
 	}
-	ctx, cancel := context.WithTimeout(ctx, c.timeout)
-	defer cancel()
 	_, err := c.group.DeleteVolumeGroupSnapshot(ctx, &csi.DeleteVolumeGroupSnapshotRequest{
 		GroupSnapshotId: id, SnapshotIds: snapshotIDs, Secrets: secrets,
 	})
@@ -222,8 +213,6 @@ func (c *GRPC) GetGroupSnapshot(ctx context.Context, id string, snapshotIDs []st
 	if !c.caps.GroupSnapshots {
 		return nil, fmt.Errorf("group snapshots: %w", errNotSupported)
 	}
-	ctx, cancel := context.WithTimeout(ctx, c.timeout)
-	defer cancel()
 	resp, err := c.group.GetVolumeGroupSnapshot(ctx, &csi.GetVolumeGroupSnapshotRequest{
 		GroupSnapshotId: id, SnapshotIds: snapshotIDs, Secrets: secrets,
 	})

@@ -35,6 +35,8 @@ type testDriver struct {
 	probes      atomic.Int32
 	delay       time.Duration
 	createErr   error
+	// noID makes creates succeed without naming what they created.
+	noID bool
 
 	mu      sync.Mutex
 	secrets map[string]string
@@ -90,6 +92,9 @@ func (d *testDriver) CreateSnapshot(ctx context.Context, req *csi.CreateSnapshot
 	if d.createErr != nil {
 		return nil, d.createErr
 	}
+	if d.noID {
+		return &csi.CreateSnapshotResponse{Snapshot: &csi.Snapshot{SourceVolumeId: req.GetSourceVolumeId()}}, nil
+	}
 	return &csi.CreateSnapshotResponse{Snapshot: &csi.Snapshot{
 		SnapshotId: "id-" + req.GetName(), SourceVolumeId: req.GetSourceVolumeId(), SizeBytes: 42,
 		CreationTime: timestamppb.New(created), ReadyToUse: true,
@@ -126,6 +131,9 @@ func (d *testDriver) ListSnapshots(_ context.Context, req *csi.ListSnapshotsRequ
 }
 
 func (d *testDriver) CreateVolumeGroupSnapshot(_ context.Context, req *csi.CreateVolumeGroupSnapshotRequest) (*csi.CreateVolumeGroupSnapshotResponse, error) {
+	if d.noID {
+		return &csi.CreateVolumeGroupSnapshotResponse{GroupSnapshot: &csi.VolumeGroupSnapshot{}}, nil
+	}
 	g := &csi.VolumeGroupSnapshot{GroupSnapshotId: "g-" + req.GetName(), CreationTime: timestamppb.New(created), ReadyToUse: true}
 	for _, v := range req.GetSourceVolumeIds() {
 		g.Snapshots = append(g.Snapshots, &csi.Snapshot{SnapshotId: "s-" + v, SourceVolumeId: v, GroupSnapshotId: g.GroupSnapshotId, ReadyToUse: true})
@@ -289,6 +297,20 @@ func TestNotSupported(t *testing.T) {
 	}
 	if _, err := c.CreateGroupSnapshot(t.Context(), CreateGroupSnapshotRequest{Name: "g"}); Classify(err) != Failed {
 		t.Errorf("CreateGroupSnapshot without capability: %v", err)
+	}
+}
+
+// TestCreateWithoutID: a create that succeeds without an ID is an Internal
+// error, never a snapshot without a handle.
+func TestCreateWithoutID(t *testing.T) {
+	c := connect(t, &testDriver{ctrlCaps: allCaps, group: true, noID: true}, 5*time.Second)
+	s, err := c.CreateSnapshot(t.Context(), CreateSnapshotRequest{Name: "n", SourceVolumeID: "v"})
+	if status.Code(err) != codes.Internal || s != nil || err.Error() != "rpc error: code = Internal desc = CreateSnapshot returned no snapshot id" {
+		t.Errorf("CreateSnapshot = %v, %v; want Internal, no snapshot id", s, err)
+	}
+	g, err := c.CreateGroupSnapshot(t.Context(), CreateGroupSnapshotRequest{Name: "g", SourceVolumeIDs: []string{"v"}})
+	if status.Code(err) != codes.Internal || g != nil || err.Error() != "rpc error: code = Internal desc = CreateVolumeGroupSnapshot returned no group snapshot id" {
+		t.Errorf("CreateGroupSnapshot = %v, %v; want Internal, no group snapshot id", g, err)
 	}
 }
 

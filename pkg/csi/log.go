@@ -10,13 +10,17 @@ import (
 	"k8s.io/klog/v2"
 )
 
-// loggedConn routes every RPC of the sidecar's stubs through logUnary.
+// loggedConn routes every RPC of the sidecar's stubs through logUnary and
+// bounds each by timeout.
 type loggedConn struct {
 	grpc.ClientConnInterface
+	timeout time.Duration
 }
 
 // Invoke implements grpc.ClientConnInterface.
 func (c *loggedConn) Invoke(ctx context.Context, method string, req, reply any, opts ...grpc.CallOption) error {
+	ctx, cancel := context.WithTimeout(ctx, c.timeout)
+	defer cancel()
 	return logUnary(ctx, method, req, reply, nil, func(ctx context.Context, method string, req, reply any, _ *grpc.ClientConn, opts ...grpc.CallOption) error {
 		return c.ClientConnInterface.Invoke(ctx, method, req, reply, opts...)
 	}, opts...)

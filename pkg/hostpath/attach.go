@@ -15,14 +15,8 @@ import (
 // ControllerPublishVolume records that a volume is attached to this node,
 // within the per-node attach limit. It is offered only with EnableAttach.
 func (s *controllerServer) ControllerPublishVolume(ctx context.Context, req *csi.ControllerPublishVolumeRequest) (*csi.ControllerPublishVolumeResponse, error) {
-	if !s.d.opts.EnableAttach {
-		return nil, status.Error(codes.Unimplemented, "attach is not enabled")
-	}
 	id, node := req.GetVolumeId(), req.GetNodeId()
-	if err := checkID("volume_id", id); err != nil {
-		return nil, err
-	}
-	if err := checkID("node_id", node); err != nil {
+	if err := s.checkAttachRequest(id, node, false); err != nil {
 		return nil, err
 	}
 	if req.GetVolumeCapability() == nil {
@@ -60,6 +54,22 @@ func (s *controllerServer) ControllerPublishVolume(ctx context.Context, req *csi
 	return &csi.ControllerPublishVolumeResponse{}, nil
 }
 
+// checkAttachRequest refuses an attach or detach request when attach is not
+// enabled, then checks its volume ID and its node ID, which only a detach
+// may leave out (detach from every node).
+func (s *controllerServer) checkAttachRequest(id, node string, detach bool) error {
+	if !s.d.opts.EnableAttach {
+		return status.Error(codes.Unimplemented, "attach is not enabled")
+	}
+	if err := checkID("volume_id", id); err != nil {
+		return err
+	}
+	if detach && node == "" {
+		return nil
+	}
+	return checkID("node_id", node)
+}
+
 // checkAttachLimit fails with ResourceExhausted when node already has
 // MaxVolumesPerNode volumes attached.
 func (d *Driver) checkAttachLimit(node string) error {
@@ -81,25 +91,16 @@ func (d *Driver) checkAttachLimit(node string) error {
 // ControllerUnpublishVolume forgets an attachment. An unknown volume or
 // node is success: the volume is not attached there.
 func (s *controllerServer) ControllerUnpublishVolume(ctx context.Context, req *csi.ControllerUnpublishVolumeRequest) (*csi.ControllerUnpublishVolumeResponse, error) {
-	if !s.d.opts.EnableAttach {
-		return nil, status.Error(codes.Unimplemented, "attach is not enabled")
-	}
 	id, node := req.GetVolumeId(), req.GetNodeId()
-	if err := checkID("volume_id", id); err != nil {
+	if err := s.checkAttachRequest(id, node, true); err != nil {
 		return nil, err
 	}
-	if node != "" {
-		if err := checkID("node_id", node); err != nil {
-			return nil, err
-		}
-	}
-	release, err := s.d.locks.acquire(volumeKey(id))
+	v, found, release, err := lockIfAny(s.d, s.d.volumes, "volume_id", id, volumeKey(id))
 	if err != nil {
 		return nil, err
 	}
 	defer release()
-	v, ok := s.d.volumes.Get(id)
-	if !ok || len(v.Attachments) == 0 {
+	if !found || len(v.Attachments) == 0 {
 		return &csi.ControllerUnpublishVolumeResponse{}, nil
 	}
 	v.Attachments = maps.Clone(v.Attachments)

@@ -103,16 +103,30 @@ func TestSnapshotSkipsEntriesThatVanish(t *testing.T) {
 
 func hasSnapshot(d *Driver, id string) bool { _, ok := d.snapshots.Get(id); return ok }
 
-// secretOutside writes a secret file and a folder holding one outside the
-// data folder, as another volume or a pod's token would be.
-func secretOutside(t *testing.T, e *testEnv) (file, dir string, secret []byte) {
+// attack is a driver with a volume of a hostile workload, and a secret file
+// and a folder holding one outside the data folder, as another volume or a
+// pod's token would be.
+type attack struct {
+	e *testEnv
+	// vol is the volume's ID, root its folder.
+	vol, root             string
+	secretFile, secretDir string
+	secret                []byte
+}
+
+// newAttack starts a driver with an empty filesystem volume named name and
+// writes the secret.
+func newAttack(t *testing.T, name string) *attack {
 	t.Helper()
-	secret = []byte("SECRET-" + fmt.Sprint(time.Now().UnixNano()) + "-do-not-copy")
-	dir = filepath.Join(e.dir, "other-volume")
-	mustDo(t, os.Mkdir(dir, 0o700))
-	file = filepath.Join(dir, "token")
-	mustDo(t, os.WriteFile(file, secret, 0o600))
-	return file, dir, secret
+	a := &attack{e: newTestEnv(t)}
+	a.vol = a.e.createVolume(t, name, 64<<20, mountCap()).GetVolumeId()
+	a.root = a.e.d.volumePath(a.vol)
+	a.secret = []byte("SECRET-" + fmt.Sprint(time.Now().UnixNano()) + "-do-not-copy")
+	a.secretDir = filepath.Join(a.e.dir, "other-volume")
+	mustDo(t, os.Mkdir(a.secretDir, 0o700))
+	a.secretFile = filepath.Join(a.secretDir, "token")
+	mustDo(t, os.WriteFile(a.secretFile, a.secret, 0o600))
+	return a
 }
 
 // treeHolds reports whether any regular file below root contains b.
@@ -139,16 +153,14 @@ func treeHolds(t *testing.T, root string, b []byte) bool {
 // byte reaches the snapshot or a volume restored from it, and the FIFO
 // does not block the copy.
 func TestSnapshotNeverFollowsSwappedSymlinks(t *testing.T) {
-	e := newTestEnv(t)
-	secretFile, secretDir, secret := secretOutside(t, e)
-	vol := e.createVolume(t, "attacker", 64<<20, mountCap()).GetVolumeId()
-	root := e.d.volumePath(vol)
+	a := newAttack(t, "attacker")
+	e, vol, root, secret := a.e, a.vol, a.root, a.secret
 	mustDo(t, os.WriteFile(filepath.Join(root, "0first"), []byte("x"), 0o644))
 	mustDo(t, os.WriteFile(filepath.Join(root, "file"), []byte("mine"), 0o644))
 	mustDo(t, os.Mkdir(filepath.Join(root, "folder"), 0o755))
 	mustDo(t, os.WriteFile(filepath.Join(root, "pipe"), []byte("mine"), 0o644))
 	swap := once("0first", func() {
-		for name, target := range map[string]string{"file": secretFile, "folder": secretDir} {
+		for name, target := range map[string]string{"file": a.secretFile, "folder": a.secretDir} {
 			mustDo(t, os.RemoveAll(filepath.Join(root, name)))
 			mustDo(t, os.Symlink(target, filepath.Join(root, name)))
 		}
@@ -186,15 +198,13 @@ func TestSnapshotNeverFollowsSwappedSymlinks(t *testing.T) {
 // while snapshots are taken. Before openat2 a good share of the snapshots
 // carried the secret.
 func TestSnapshotExchangeAttack(t *testing.T) {
-	e := newTestEnv(t)
-	secretFile, secretDir, secret := secretOutside(t, e)
-	vol := e.createVolume(t, "loop", 64<<20, mountCap()).GetVolumeId()
-	root := e.d.volumePath(vol)
+	a := newAttack(t, "loop")
+	e, vol, root, secret := a.e, a.vol, a.root, a.secret
 	mustDo(t, os.WriteFile(filepath.Join(root, "victim"), []byte("mine"), 0o644))
-	mustDo(t, os.Symlink(secretFile, filepath.Join(root, "swap")))
+	mustDo(t, os.Symlink(a.secretFile, filepath.Join(root, "swap")))
 	mustDo(t, os.Mkdir(filepath.Join(root, "vdir"), 0o755))
 	mustDo(t, os.WriteFile(filepath.Join(root, "vdir", "token"), []byte("mine"), 0o644))
-	mustDo(t, os.Symlink(secretDir, filepath.Join(root, "swapdir")))
+	mustDo(t, os.Symlink(a.secretDir, filepath.Join(root, "swapdir")))
 	stop := make(chan struct{})
 	exchanged := make(chan int)
 	go func() {

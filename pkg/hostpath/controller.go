@@ -307,16 +307,12 @@ func compatibleVolume(v state.Volume, spec volumeSpec) error {
 // attached or published is refused with FailedPrecondition.
 func (s *controllerServer) DeleteVolume(ctx context.Context, req *csi.DeleteVolumeRequest) (*csi.DeleteVolumeResponse, error) {
 	id := req.GetVolumeId()
-	if err := checkID("volume_id", id); err != nil {
-		return nil, err
-	}
-	release, err := s.d.locks.acquire(volumeKey(id))
+	v, found, release, err := lockIfAny(s.d, s.d.volumes, "volume_id", id, volumeKey(id))
 	if err != nil {
 		return nil, err
 	}
 	defer release()
-	v, ok := s.d.volumes.Get(id)
-	if !ok {
+	if !found {
 		return &csi.DeleteVolumeResponse{}, nil
 	}
 	if len(v.Attachments) > 0 || len(v.Published) > 0 || v.Staged != "" {
@@ -355,16 +351,37 @@ func (d *Driver) lockVolume(id string) (v state.Volume, release func(), err erro
 	return v, release, nil
 }
 
+// lockIfAny validates id (named field in errors), takes the lock key
+// (Aborted when an operation on it is in flight) and reads id's record from
+// table; found is false when there is none. The caller calls release when
+// err is nil.
+func lockIfAny[T any](d *Driver, table *state.Table[T], field, id, key string) (rec T, found bool, release func(), err error) {
+	if err = checkID(field, id); err != nil {
+		return rec, false, nil, err
+	}
+	if release, err = d.locks.acquire(key); err != nil {
+		return rec, false, nil, err
+	}
+	rec, found = table.Get(id)
+	return rec, found, release, nil
+}
+
+// lookup validates id (named field in errors) and returns its record in
+// table, or NotFound naming the kind of record.
+func lookup[T any](table *state.Table[T], kind, field, id string) (rec T, err error) {
+	if err := checkID(field, id); err != nil {
+		return rec, err
+	}
+	rec, ok := table.Get(id)
+	if !ok {
+		return rec, status.Errorf(codes.NotFound, "%s %s not found", kind, id)
+	}
+	return rec, nil
+}
+
 // lookupVolume validates id and returns its record or NotFound.
 func (d *Driver) lookupVolume(field, id string) (state.Volume, error) {
-	if err := checkID(field, id); err != nil {
-		return state.Volume{}, err
-	}
-	v, ok := d.volumes.Get(id)
-	if !ok {
-		return state.Volume{}, status.Errorf(codes.NotFound, "volume %s not found", id)
-	}
-	return v, nil
+	return lookup(d.volumes, "volume", field, id)
 }
 
 // ValidateVolumeCapabilities confirms capabilities that match the volume's

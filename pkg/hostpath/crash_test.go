@@ -125,9 +125,7 @@ func startWithFilledVolume(t *testing.T, name string, size int64) (bin, dir stri
 func restoreRequest(name, snapID string, size int64, c *csi.VolumeCapability) *csi.CreateVolumeRequest {
 	return &csi.CreateVolumeRequest{
 		Name: name, CapacityRange: &csi.CapacityRange{RequiredBytes: size}, VolumeCapabilities: []*csi.VolumeCapability{c},
-		VolumeContentSource: &csi.VolumeContentSource{Type: &csi.VolumeContentSource_Snapshot{
-			Snapshot: &csi.VolumeContentSource_SnapshotSource{SnapshotId: snapID},
-		}},
+		VolumeContentSource: snapshotSource(snapID),
 	}
 }
 

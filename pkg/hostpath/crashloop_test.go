@@ -216,19 +216,35 @@ func writeAtFile(path string, data []byte, off int64) error {
 	return err
 }
 
+// copyOf picks a random idle volume to snapshot (a snapshot to restore,
+// when snapshot is false) and records the object about to be made from it,
+// which must hold the source's data. It returns the source's ID, or "",
+// and the new object's name, ID and whether it is a block volume's.
+func (w *crashWorld) copyOf(rng *rand.Rand, snapshot bool) (src, name, id string, block bool) {
+	src = w.pick(rng, !snapshot)
+	if src == "" {
+		return "", "", "", false
+	}
+	letter, prefix := "r", volumePrefix
+	if snapshot {
+		letter, prefix = "s", snapshotPrefix
+	}
+	w.mu.Lock()
+	name = fmt.Sprintf("%s%d", letter, w.next)
+	w.next++
+	from := w.objs[src]
+	w.mu.Unlock()
+	id = deriveID(prefix, name)
+	w.add(id, &crashObj{snapshot: snapshot, block: from.block, sum: from.sum})
+	return src, name, id, from.block
+}
+
 // snapshot snapshots a random volume; the snapshot must hold its data.
 func (w *crashWorld) snapshot(ctx context.Context, ctrl csi.ControllerClient, rng *rand.Rand) error {
-	src := w.pick(rng, false)
+	src, name, id, _ := w.copyOf(rng, true)
 	if src == "" {
 		return nil
 	}
-	w.mu.Lock()
-	name := fmt.Sprintf("s%d", w.next)
-	w.next++
-	vol := w.objs[src]
-	w.mu.Unlock()
-	id := deriveID(snapshotPrefix, name)
-	w.add(id, &crashObj{snapshot: true, block: vol.block, sum: vol.sum})
 	_, err := ctrl.CreateSnapshot(ctx, &csi.CreateSnapshotRequest{Name: name, SourceVolumeId: src})
 	w.free(src)
 	w.settle(id, err, acked, nil)
@@ -238,23 +254,11 @@ func (w *crashWorld) snapshot(ctx context.Context, ctrl csi.ControllerClient, rn
 // restore creates a volume from a random snapshot; it must hold the
 // snapshot's data.
 func (w *crashWorld) restore(ctx context.Context, ctrl csi.ControllerClient, rng *rand.Rand) error {
-	src := w.pick(rng, true)
+	src, name, id, block := w.copyOf(rng, false)
 	if src == "" {
 		return nil
 	}
-	w.mu.Lock()
-	name := fmt.Sprintf("r%d", w.next)
-	w.next++
-	snap := w.objs[src]
-	w.mu.Unlock()
-	id := deriveID(volumePrefix, name)
-	w.add(id, &crashObj{block: snap.block, sum: snap.sum})
-	_, err := ctrl.CreateVolume(ctx, &csi.CreateVolumeRequest{
-		Name: name, CapacityRange: &csi.CapacityRange{RequiredBytes: 1 << 20}, VolumeCapabilities: []*csi.VolumeCapability{capFor(snap.block)},
-		VolumeContentSource: &csi.VolumeContentSource{Type: &csi.VolumeContentSource_Snapshot{
-			Snapshot: &csi.VolumeContentSource_SnapshotSource{SnapshotId: src},
-		}},
-	})
+	_, err := ctrl.CreateVolume(ctx, restoreRequest(name, src, 1<<20, capFor(block)))
 	w.free(src)
 	w.settle(id, err, acked, nil)
 	return err

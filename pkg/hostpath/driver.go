@@ -59,6 +59,7 @@ import (
 	"google.golang.org/grpc/status"
 	"k8s.io/klog/v2"
 
+	"github.com/shutter-csi/shutter/internal/syncset"
 	"github.com/shutter-csi/shutter/pkg/hostpath/fscopy"
 	"github.com/shutter-csi/shutter/pkg/hostpath/quiesce"
 	"github.com/shutter-csi/shutter/pkg/hostpath/registration"
@@ -99,10 +100,9 @@ type Driver struct {
 	capMu    sync.Mutex
 	reserved map[string]int64
 
-	// imgMu guards mountedImages: the image volumes the driver has
+	// mountedImages are the IDs of the image volumes the driver has
 	// mounted at their paths (volimage.go).
-	imgMu         sync.Mutex
-	mountedImages map[string]bool
+	mountedImages syncset.Set[string]
 }
 
 // Run starts the driver with opts and serves until ctx is cancelled.
@@ -203,8 +203,6 @@ func New(ctx context.Context, opts Options) (*Driver, error) {
 		now:      time.Now,
 		reserved: map[string]int64{},
 		quiesce:  quiescer,
-
-		mountedImages: map[string]bool{},
 	}
 	// First of all, whatever fails later: pods a killed driver left
 	// frozen must run again.

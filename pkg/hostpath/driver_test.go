@@ -128,16 +128,38 @@ func mountCap() *csi.VolumeCapability {
 	}
 }
 
-// createVolume creates a volume and fails the test on error.
+// createVolume creates an empty volume and fails the test on error.
 func (e *testEnv) createVolume(t testing.TB, name string, size int64, c *csi.VolumeCapability) *csi.Volume {
+	t.Helper()
+	return e.createVolumeFrom(t, name, size, c, nil)
+}
+
+// createVolumeFrom creates a volume holding the data of source (nil: none)
+// and fails the test on error.
+func (e *testEnv) createVolumeFrom(t testing.TB, name string, size int64, c *csi.VolumeCapability, source *csi.VolumeContentSource) *csi.Volume {
 	t.Helper()
 	resp, err := e.ctrl.CreateVolume(context.Background(), &csi.CreateVolumeRequest{
 		Name: name, CapacityRange: &csi.CapacityRange{RequiredBytes: size}, VolumeCapabilities: []*csi.VolumeCapability{c},
+		VolumeContentSource: source,
 	})
 	if err != nil {
 		t.Fatalf("CreateVolume %s: %v", name, err)
 	}
 	return resp.GetVolume()
+}
+
+// snapshotSource is the content source of a volume restored from a snapshot.
+func snapshotSource(snapID string) *csi.VolumeContentSource {
+	return &csi.VolumeContentSource{Type: &csi.VolumeContentSource_Snapshot{
+		Snapshot: &csi.VolumeContentSource_SnapshotSource{SnapshotId: snapID},
+	}}
+}
+
+// volumeSource is the content source of a clone of a volume.
+func volumeSource(volID string) *csi.VolumeContentSource {
+	return &csi.VolumeContentSource{Type: &csi.VolumeContentSource_Volume{
+		Volume: &csi.VolumeContentSource_VolumeSource{VolumeId: volID},
+	}}
 }
 
 func (e *testEnv) createSnapshot(t testing.TB, name, volID string) *csi.Snapshot {
@@ -228,16 +250,8 @@ func TestSnapshotRestoreAndCloneKeepData(t *testing.T) {
 	// Writes after the snapshot must not reach it.
 	e.writeAt(t, vol.GetVolumeId(), 10<<20, make([]byte, len(data)))
 
-	restored, err := e.ctrl.CreateVolume(context.Background(), &csi.CreateVolumeRequest{
-		Name: "restored", CapacityRange: &csi.CapacityRange{RequiredBytes: 64 << 20}, VolumeCapabilities: []*csi.VolumeCapability{blockCap()},
-		VolumeContentSource: &csi.VolumeContentSource{Type: &csi.VolumeContentSource_Snapshot{
-			Snapshot: &csi.VolumeContentSource_SnapshotSource{SnapshotId: snap.GetSnapshotId()},
-		}},
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	got, err := os.ReadFile(e.d.volumePath(restored.GetVolume().GetVolumeId()))
+	restored := e.restoreVolume(t, "restored", snap.GetSnapshotId(), 64<<20, blockCap())
+	got, err := os.ReadFile(e.d.volumePath(restored))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -245,16 +259,8 @@ func TestSnapshotRestoreAndCloneKeepData(t *testing.T) {
 		t.Fatal("restored volume does not hold the snapshot's data")
 	}
 
-	clone, err := e.ctrl.CreateVolume(context.Background(), &csi.CreateVolumeRequest{
-		Name: "clone", CapacityRange: &csi.CapacityRange{RequiredBytes: 128 << 20}, VolumeCapabilities: []*csi.VolumeCapability{blockCap()},
-		VolumeContentSource: &csi.VolumeContentSource{Type: &csi.VolumeContentSource_Volume{
-			Volume: &csi.VolumeContentSource_VolumeSource{VolumeId: vol.GetVolumeId()},
-		}},
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	info, err := os.Stat(e.d.volumePath(clone.GetVolume().GetVolumeId()))
+	clone := e.createVolumeFrom(t, "clone", 128<<20, blockCap(), volumeSource(vol.GetVolumeId()))
+	info, err := os.Stat(e.d.volumePath(clone.GetVolumeId()))
 	if err != nil || info.Size() != 128<<20 {
 		t.Fatalf("clone size = %v, %v; want 128 MiB", info, err)
 	}
@@ -384,4 +390,36 @@ func TestAttachLimit(t *testing.T) {
 	}
 	_, err = e.ctrl.DeleteVolume(context.Background(), &csi.DeleteVolumeRequest{VolumeId: a.GetVolumeId()})
 	wantCode(t, err, codes.FailedPrecondition)
+}
+
+// TestAttachRequestChecks: attach and detach are refused while attach is
+// off; a detach may leave out the node (every node) but not name a
+// malformed one; detaching an unknown volume is success.
+func TestAttachRequestChecks(t *testing.T) {
+	e := newTestEnv(t)
+	ctx := context.Background()
+	vol := e.createVolume(t, "a", 1<<20, blockCap()).GetVolumeId()
+	publish := func(e *testEnv, id, node string) error {
+		_, err := e.ctrl.ControllerPublishVolume(ctx, &csi.ControllerPublishVolumeRequest{VolumeId: id, NodeId: node, VolumeCapability: blockCap()})
+		return err
+	}
+	unpublish := func(e *testEnv, id, node string) error {
+		_, err := e.ctrl.ControllerUnpublishVolume(ctx, &csi.ControllerUnpublishVolumeRequest{VolumeId: id, NodeId: node})
+		return err
+	}
+	wantCode(t, publish(e, vol, ""), codes.InvalidArgument)
+	wantCode(t, publish(e, "", "node-1"), codes.InvalidArgument)
+	wantCode(t, publish(e, vol, "../x"), codes.InvalidArgument)
+	wantCode(t, unpublish(e, "", "node-1"), codes.InvalidArgument)
+	wantCode(t, unpublish(e, vol, "../x"), codes.InvalidArgument)
+	wantCode(t, unpublish(e, "unknown-vol", "node-1"), codes.OK)
+	wantCode(t, publish(e, vol, "node-1"), codes.OK)
+	wantCode(t, unpublish(e, vol, ""), codes.OK)
+	got, err := e.ctrl.ControllerGetVolume(ctx, &csi.ControllerGetVolumeRequest{VolumeId: vol})
+	if err != nil || len(got.GetStatus().GetPublishedNodeIds()) != 0 {
+		t.Fatalf("ControllerGetVolume after a detach from every node = %v, %v", got, err)
+	}
+	off := newTestEnv(t, func(o *Options) { o.EnableAttach = false })
+	wantCode(t, publish(off, vol, "node-1"), codes.Unimplemented)
+	wantCode(t, unpublish(off, vol, "node-1"), codes.Unimplemented)
 }

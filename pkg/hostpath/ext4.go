@@ -36,41 +36,28 @@ func imageSize(size int64) int64 { return max(size, minImageSize) }
 // tables and the journal; writes of zeros to parts of the new file never
 // written are skipped (they read as zeros anyway), so an image of any size
 // takes a few hundred KiB of disk until data is written.
-func makeImage(path string, size int64, sync bool) (err error) {
+func makeImage(path string, size int64, sync bool) error {
 	if size < minImageSize {
 		return fmt.Errorf("a filesystem image needs at least %d bytes, not %d", minImageSize, size)
 	}
-	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE|os.O_EXCL|unix.O_CLOEXEC, 0o600)
-	if err != nil {
-		return err
-	}
-	defer func() {
-		if cerr := f.Close(); err == nil {
-			err = cerr
+	return createSparse(path, os.O_RDWR|unix.O_CLOEXEC, 0o600, size, sync, func(f *os.File) error {
+		b := file.New(f, false)
+		w, err := b.Writable()
+		if err != nil {
+			return err
 		}
-	}()
-	if err := f.Truncate(size); err != nil {
-		return err
-	}
-	b := file.New(f, false)
-	w, err := b.Writable()
-	if err != nil {
-		return err
-	}
-	params := &ext4.Params{
-		SectorsPerBlock: ext4BlockSize / 512,
-		VolumeName:      "hostpath",
-		// The formatter lays out a resize inode only for 1 KiB blocks;
-		// the kernel grows the filesystem without one (meta_bg).
-		Features: []ext4.FeatureOpt{ext4.WithFeatureReservedGDTBlocksForExpansion(false)},
-	}
-	if _, err := ext4.Create(&sparseStorage{Storage: b, w: w}, size, 0, 512, params); err != nil {
-		return fmt.Errorf("format ext4: %w", err)
-	}
-	if sync {
-		return f.Sync()
-	}
-	return nil
+		params := &ext4.Params{
+			SectorsPerBlock: ext4BlockSize / 512,
+			VolumeName:      "hostpath",
+			// The formatter lays out a resize inode only for 1 KiB blocks;
+			// the kernel grows the filesystem without one (meta_bg).
+			Features: []ext4.FeatureOpt{ext4.WithFeatureReservedGDTBlocksForExpansion(false)},
+		}
+		if _, err := ext4.Create(&sparseStorage{Storage: b, w: w}, size, 0, 512, params); err != nil {
+			return fmt.Errorf("format ext4: %w", err)
+		}
+		return nil
+	})
 }
 
 // sparseStorage is a backend over a new, all-holes file that skips writes

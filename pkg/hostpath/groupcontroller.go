@@ -176,12 +176,12 @@ func firstError(errs []error) error {
 // an unknown ID is success.
 func (s *groupControllerServer) DeleteVolumeGroupSnapshot(ctx context.Context, req *csi.DeleteVolumeGroupSnapshotRequest) (*csi.DeleteVolumeGroupSnapshotResponse, error) {
 	gid := req.GetGroupSnapshotId()
-	if err := checkID("group_snapshot_id", gid); err != nil {
-		return nil, err
-	}
-	g, ok := s.d.groups.Get(gid)
-	if !ok {
+	g, err := s.d.lookupGroup(gid)
+	if status.Code(err) == codes.NotFound {
 		return &csi.DeleteVolumeGroupSnapshotResponse{}, nil
+	}
+	if err != nil {
+		return nil, err
 	}
 	// Members are locked too, so that no restore or metadata stream reads
 	// a member while it is removed. Membership never changes, so reading
@@ -195,7 +195,8 @@ func (s *groupControllerServer) DeleteVolumeGroupSnapshot(ctx context.Context, r
 		return nil, err
 	}
 	defer release()
-	if g, ok = s.d.groups.Get(gid); !ok {
+	g, ok := s.d.groups.Get(gid)
+	if !ok {
 		return &csi.DeleteVolumeGroupSnapshotResponse{}, nil
 	}
 	if err := checkMembers(g, req.GetSnapshotIds()); err != nil {
@@ -220,18 +221,19 @@ func (s *groupControllerServer) DeleteVolumeGroupSnapshot(ctx context.Context, r
 
 // GetVolumeGroupSnapshot returns a group snapshot or NotFound.
 func (s *groupControllerServer) GetVolumeGroupSnapshot(_ context.Context, req *csi.GetVolumeGroupSnapshotRequest) (*csi.GetVolumeGroupSnapshotResponse, error) {
-	gid := req.GetGroupSnapshotId()
-	if err := checkID("group_snapshot_id", gid); err != nil {
+	g, err := s.d.lookupGroup(req.GetGroupSnapshotId())
+	if err != nil {
 		return nil, err
-	}
-	g, ok := s.d.groups.Get(gid)
-	if !ok {
-		return nil, status.Errorf(codes.NotFound, "group snapshot %s not found", gid)
 	}
 	if err := checkMembers(g, req.GetSnapshotIds()); err != nil {
 		return nil, err
 	}
 	return &csi.GetVolumeGroupSnapshotResponse{GroupSnapshot: s.d.csiGroup(g)}, nil
+}
+
+// lookupGroup validates gid and returns its record or NotFound.
+func (d *Driver) lookupGroup(gid string) (state.GroupSnapshot, error) {
+	return lookup(d.groups, "group snapshot", "group_snapshot_id", gid)
 }
 
 // checkMembers reports a mismatch between the group's members and the

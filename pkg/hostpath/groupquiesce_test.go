@@ -348,9 +348,7 @@ func killCgroup(t *testing.T, dir string) {
 func readCounter(t *testing.T, path string) uint64 {
 	t.Helper()
 	f, err := os.Open(path)
-	if err != nil {
-		t.Fatal(err)
-	}
+	mustDo(t, err)
 	defer f.Close()
 	buf := make([]byte, 21)
 	if _, err := f.ReadAt(buf, 0); err != nil {

@@ -119,16 +119,23 @@ func (s *nodeServer) lockToMount(ctx context.Context, id, field, path string, c 
 	return s.d.lockVolume(id)
 }
 
+// lockTarget checks the volume ID and the path given as field of a
+// NodeUnstage or NodeUnpublish request and takes the volume's lock. The
+// caller calls release when err is nil.
+func (s *nodeServer) lockTarget(id, field, path string) (v state.Volume, release func(), err error) {
+	if err := checkID("volume_id", id); err != nil {
+		return v, nil, err
+	}
+	if err := checkTargetPath(field, path, s.d.opts.DataDir); err != nil {
+		return v, nil, err
+	}
+	return s.d.lockVolume(id)
+}
+
 // NodeUnstageVolume undoes NodeStageVolume; an unstaged volume is success.
 func (s *nodeServer) NodeUnstageVolume(ctx context.Context, req *csi.NodeUnstageVolumeRequest) (*csi.NodeUnstageVolumeResponse, error) {
 	id, path := req.GetVolumeId(), req.GetStagingTargetPath()
-	if err := checkID("volume_id", id); err != nil {
-		return nil, err
-	}
-	if err := checkTargetPath("staging_target_path", path, s.d.opts.DataDir); err != nil {
-		return nil, err
-	}
-	v, release, err := s.d.lockVolume(id)
+	v, release, err := s.lockTarget(id, "staging_target_path", path)
 	if err != nil {
 		return nil, err
 	}
@@ -236,13 +243,7 @@ func (d *Driver) mountTarget(v state.Volume, target string, readOnly bool) error
 // already gone is success.
 func (s *nodeServer) NodeUnpublishVolume(ctx context.Context, req *csi.NodeUnpublishVolumeRequest) (*csi.NodeUnpublishVolumeResponse, error) {
 	id, target := req.GetVolumeId(), req.GetTargetPath()
-	if err := checkID("volume_id", id); err != nil {
-		return nil, err
-	}
-	if err := checkTargetPath("target_path", target, s.d.opts.DataDir); err != nil {
-		return nil, err
-	}
-	v, release, err := s.d.lockVolume(id)
+	v, release, err := s.lockTarget(id, "target_path", target)
 	if err != nil {
 		return nil, err
 	}

@@ -225,16 +225,12 @@ func (d *Driver) commitBeforeDataFlush(c state.Change) error {
 // a group snapshot is deleted with its group only (FailedPrecondition).
 func (s *controllerServer) DeleteSnapshot(ctx context.Context, req *csi.DeleteSnapshotRequest) (*csi.DeleteSnapshotResponse, error) {
 	id := req.GetSnapshotId()
-	if err := checkID("snapshot_id", id); err != nil {
-		return nil, err
-	}
-	release, err := s.d.locks.acquire(snapshotKey(id))
+	snap, found, release, err := lockIfAny(s.d, s.d.snapshots, "snapshot_id", id, snapshotKey(id))
 	if err != nil {
 		return nil, err
 	}
 	defer release()
-	snap, ok := s.d.snapshots.Get(id)
-	if !ok {
+	if !found {
 		return &csi.DeleteSnapshotResponse{}, nil
 	}
 	if err := s.d.restores.waitSnapshots(ctx, id); err != nil {
@@ -298,14 +294,7 @@ func (s *controllerServer) GetSnapshot(_ context.Context, req *csi.GetSnapshotRe
 
 // lookupSnapshot validates id and returns its record or NotFound.
 func (d *Driver) lookupSnapshot(field, id string) (state.Snapshot, error) {
-	if err := checkID(field, id); err != nil {
-		return state.Snapshot{}, err
-	}
-	snap, ok := d.snapshots.Get(id)
-	if !ok {
-		return state.Snapshot{}, status.Errorf(codes.NotFound, "snapshot %s not found", id)
-	}
-	return snap, nil
+	return lookup(d.snapshots, "snapshot", field, id)
 }
 
 // csiSnapshot converts a record to its CSI form. Every record is ready.

@@ -21,11 +21,7 @@ import (
 // its ID.
 func (e *testEnv) restoreVolume(t *testing.T, name, snapID string, size int64, c *csi.VolumeCapability) string {
 	t.Helper()
-	resp, err := e.ctrl.CreateVolume(context.Background(), restoreRequest(name, snapID, size, c))
-	if err != nil {
-		t.Fatalf("CreateVolume %s from %s: %v", name, snapID, err)
-	}
-	return resp.GetVolume().GetVolumeId()
+	return e.createVolumeFrom(t, name, size, c, snapshotSource(snapID)).GetVolumeId()
 }
 
 // wantNoData fails unless nothing exists at a snapshot's data path, under
@@ -63,9 +59,7 @@ func modeOf(t *testing.T, path string) fs.FileMode {
 func hasDataExtent(t *testing.T, path string) bool {
 	t.Helper()
 	f, err := os.Open(path)
-	if err != nil {
-		t.Fatal(err)
-	}
+	mustDo(t, err)
 	defer f.Close()
 	_, err = unix.Seek(int(f.Fd()), 0, unix.SEEK_DATA)
 	if errors.Is(err, unix.ENXIO) {

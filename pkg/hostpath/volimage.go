@@ -62,26 +62,13 @@ func (d *Driver) imageBacked(accessType state.AccessType) bool {
 	return d.opts.VolumeBacking == BackingImage && accessType == state.AccessMount
 }
 
-// setMounted records whether the driver has image volume id mounted.
-func (d *Driver) setMounted(id string, mounted bool) {
-	d.imgMu.Lock()
-	defer d.imgMu.Unlock()
-	if mounted {
-		d.mountedImages[id] = true
-	} else {
-		delete(d.mountedImages, id)
-	}
-}
-
 // volumeDataReady fails with Unavailable when v is an image volume the
 // driver has not mounted.
 func (d *Driver) volumeDataReady(v state.Volume) error {
 	if !v.Image {
 		return nil
 	}
-	d.imgMu.Lock()
-	defer d.imgMu.Unlock()
-	if !d.mountedImages[v.ID] {
+	if !d.mountedImages.Has(v.ID) {
 		return status.Errorf(codes.Unavailable, "the filesystem of volume %s is not mounted (see the driver's log)", v.ID)
 	}
 	return nil
@@ -117,7 +104,7 @@ func (d *Driver) buildImageVolume(c fscopy.Copier, v state.Volume, source volume
 		_ = os.Remove(img)
 		return status.Errorf(codes.Internal, "mount volume: %v", err)
 	}
-	d.setMounted(v.ID, true)
+	d.mountedImages.Add(v.ID)
 	return nil
 }
 
@@ -283,7 +270,7 @@ func (d *Driver) mountImage(id string) error {
 		if m.Dev != devString(dev.rdev) {
 			return fmt.Errorf("%s has a filesystem of device %s mounted, not the volume's %s", path, m.Dev, dev.path)
 		}
-		d.setMounted(id, true)
+		d.mountedImages.Add(id)
 		return nil
 	}
 	if err := os.Mkdir(path, 0o700); err != nil && !errors.Is(err, fs.ErrExist) {
@@ -292,7 +279,7 @@ func (d *Driver) mountImage(id string) error {
 	if err := unix.Mount(dev.path, path, "ext4", 0, ""); err != nil {
 		return fmt.Errorf("mount %s: %w", dev.path, err)
 	}
-	d.setMounted(id, true)
+	d.mountedImages.Add(id)
 	return nil
 }
 
@@ -301,7 +288,7 @@ func (d *Driver) unmountImage(id string) error {
 	if err := unmountAll(d.volumePath(id)); err != nil {
 		return status.Errorf(codes.Internal, "unmount volume: %v", err)
 	}
-	d.setMounted(id, false)
+	d.mountedImages.Remove(id)
 	return nil
 }
 
@@ -387,19 +374,14 @@ func (d *Driver) hasImage(id string) bool {
 // mount still in use stays; a pod's mounts are not the driver's and stay
 // too.
 func (d *Driver) unmountImagesAtClose() error {
-	d.imgMu.Lock()
-	ids := make([]string, 0, len(d.mountedImages))
-	for id := range d.mountedImages {
-		ids = append(ids, id)
-	}
-	d.imgMu.Unlock()
+	ids := d.mountedImages.Keys()
 	var errs []error
 	for _, id := range ids {
 		if err := unix.Unmount(d.volumePath(id), 0); err != nil && !errors.Is(err, unix.EINVAL) {
 			errs = append(errs, fmt.Errorf("unmount volume %s: %w", id, err))
 			continue
 		}
-		d.setMounted(id, false)
+		d.mountedImages.Remove(id)
 	}
 	return errors.Join(errs...)
 }
@@ -485,6 +467,6 @@ func (d *Driver) growImageVolume(v state.Volume, size int64) error {
 	if err := d.mountDevice(dev, path); err != nil {
 		return err
 	}
-	d.setMounted(v.ID, true)
+	d.mountedImages.Add(v.ID)
 	return nil
 }

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/container-storage-interface/spec/lib/go/csi"
+	"github.com/shutter-csi/shutter/internal/fstest"
 	"github.com/shutter-csi/shutter/pkg/mountinfo"
 	"golang.org/x/sys/unix"
 	"google.golang.org/grpc/codes"
@@ -136,15 +137,6 @@ func writeUntilFull(path string, n int64) (int64, error) {
 	return written, f.Sync()
 }
 
-func allocatedBytes(t *testing.T, path string) int64 {
-	t.Helper()
-	var st unix.Stat_t
-	if err := unix.Stat(path, &st); err != nil {
-		t.Fatal(err)
-	}
-	return st.Blocks * 512
-}
-
 func TestImageVolumeCannotOutgrowItsSize(t *testing.T) {
 	e := newImageEnv(t)
 	const size = 32 << 20
@@ -161,7 +153,7 @@ func TestImageVolumeCannotOutgrowItsSize(t *testing.T) {
 		t.Fatalf("writing %d bytes into a %d-byte volume: wrote %d, error %v; want ENOSPC", size+1<<20, size, written, err)
 	}
 	t.Logf("a %d-byte volume took %d bytes before ENOSPC", size, written)
-	if got := allocatedBytes(t, e.d.imagePath(full)); got > size {
+	if got := fstest.Allocated(t, e.d.imagePath(full)); got > size {
 		t.Errorf("the full volume's image takes %d bytes of the node's disk, more than its %d", got, size)
 	}
 	var after unix.Statfs_t
@@ -250,12 +242,9 @@ func TestImageVolumeSnapshotRestoreAndClone(t *testing.T) {
 	want := treeAttrs(t, root)
 	snap := e.createSnapshot(t, "snap-1", src)
 
-	restored := e.createVolumeFrom(t, "pvc-restored", &csi.VolumeContentSource{Type: &csi.VolumeContentSource_Snapshot{
-		Snapshot: &csi.VolumeContentSource_SnapshotSource{SnapshotId: snap.GetSnapshotId()}}})
-	clone := e.createVolumeFrom(t, "pvc-clone", &csi.VolumeContentSource{Type: &csi.VolumeContentSource_Volume{
-		Volume: &csi.VolumeContentSource_VolumeSource{VolumeId: src}}})
-	fromEmpty := e.createVolumeFrom(t, "pvc-from-empty", &csi.VolumeContentSource{Type: &csi.VolumeContentSource_Snapshot{
-		Snapshot: &csi.VolumeContentSource_SnapshotSource{SnapshotId: empty.GetSnapshotId()}}})
+	restored := e.restoreVolume(t, "pvc-restored", snap.GetSnapshotId(), 32<<20, mountCap())
+	clone := e.createVolumeFrom(t, "pvc-clone", 32<<20, mountCap(), volumeSource(src)).GetVolumeId()
+	fromEmpty := e.restoreVolume(t, "pvc-from-empty", empty.GetSnapshotId(), 32<<20, mountCap())
 	for name, id := range map[string]string{"restored": restored, "clone": clone} {
 		v, _ := e.d.volumes.Get(id)
 		if !v.Image {
@@ -272,19 +261,6 @@ func TestImageVolumeSnapshotRestoreAndClone(t *testing.T) {
 	for _, id := range []string{restored, clone, fromEmpty, src} {
 		e.deleteVolume(t, id)
 	}
-}
-
-// createVolumeFrom creates a 32 MiB filesystem volume from source.
-func (e *testEnv) createVolumeFrom(t *testing.T, name string, source *csi.VolumeContentSource) string {
-	t.Helper()
-	resp, err := e.ctrl.CreateVolume(context.Background(), &csi.CreateVolumeRequest{
-		Name: name, CapacityRange: &csi.CapacityRange{RequiredBytes: 32 << 20},
-		VolumeCapabilities: []*csi.VolumeCapability{mountCap()}, VolumeContentSource: source,
-	})
-	if err != nil {
-		t.Fatalf("CreateVolume %s: %v", name, err)
-	}
-	return resp.GetVolume().GetVolumeId()
 }
 
 func TestImageVolumeExpand(t *testing.T) {

@@ -129,8 +129,25 @@ func makeEmptyDir(path string, source volumeData) (fscopy.Copied, error) {
 // makeEmptyFile creates an empty block volume at path: a sparse file of
 // size bytes, with an empty snapshot's permission bits and owner when it is
 // restored from one. With sync it is flushed.
-func makeEmptyFile(path string, size int64, source volumeData, sync bool) (err error) {
-	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o660)
+func makeEmptyFile(path string, size int64, source volumeData, sync bool) error {
+	return createSparse(path, os.O_WRONLY, 0o660, size, sync, func(f *os.File) error {
+		if !source.setMode {
+			return nil
+		}
+		if fscopy.CanChown {
+			if err := f.Chown(int(source.uid), int(source.gid)); err != nil {
+				return err
+			}
+		}
+		return f.Chmod(source.mode)
+	})
+}
+
+// createSparse creates a file at path, which must not exist yet, opened
+// with flag and perm, as a hole of size bytes; then it lets fill write to
+// it, flushes it with sync and closes it.
+func createSparse(path string, flag int, perm os.FileMode, size int64, sync bool, fill func(*os.File) error) (err error) {
+	f, err := os.OpenFile(path, flag|os.O_CREATE|os.O_EXCL, perm)
 	if err != nil {
 		return err
 	}
@@ -142,15 +159,8 @@ func makeEmptyFile(path string, size int64, source volumeData, sync bool) (err e
 	if err := f.Truncate(size); err != nil {
 		return err
 	}
-	if source.setMode {
-		if fscopy.CanChown {
-			if err := f.Chown(int(source.uid), int(source.gid)); err != nil {
-				return err
-			}
-		}
-		if err := f.Chmod(source.mode); err != nil {
-			return err
-		}
+	if err := fill(f); err != nil {
+		return err
 	}
 	if sync {
 		return f.Sync()

@@ -6,7 +6,6 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
-	"sync"
 	"syscall"
 	"time"
 
@@ -15,6 +14,7 @@ import (
 	"k8s.io/client-go/util/flowcontrol"
 
 	clientset "github.com/shutter-csi/shutter/client/clientset/versioned"
+	"github.com/shutter-csi/shutter/internal/syncset"
 	"github.com/shutter-csi/shutter/test/cluster"
 	"github.com/shutter-csi/shutter/test/stack"
 	"github.com/shutter-csi/shutter/test/testenv"
@@ -42,9 +42,8 @@ type env struct {
 	// disk is the tmpfs mount point, empty when the run is not root.
 	disk string
 
-	mu sync.Mutex
 	// paused are processes the faults hold down; the supervisor leaves them alone.
-	paused map[*stack.Process]bool
+	paused syncset.Set[*stack.Process]
 	stop   context.CancelFunc
 	done   chan struct{}
 }
@@ -52,7 +51,6 @@ type env struct {
 // setUp builds and starts everything: control plane with an audit log, chart, API proxy, CSI
 // proxy, the driver on a tmpfs (as root), two controllers and a sidecar.
 func setUp(ctx context.Context, e *env) (err error) {
-	e.paused = map[*stack.Process]bool{}
 	if e.dir, err = os.MkdirTemp("", "shutter-chaos-"); err != nil {
 		return err
 	}
@@ -152,10 +150,7 @@ func (e *env) supervise(ctx context.Context) {
 		case <-tick.C:
 		}
 		for _, p := range e.stack.Processes() {
-			e.mu.Lock()
-			held := e.paused[p]
-			e.mu.Unlock()
-			if held || p.Running() {
+			if e.paused.Has(p) || p.Running() {
 				continue
 			}
 			if err := p.Start(); err != nil {
@@ -167,12 +162,10 @@ func (e *env) supervise(ctx context.Context) {
 
 // hold keeps the supervisor from restarting p until release.
 func (e *env) hold(p *stack.Process, on bool) {
-	e.mu.Lock()
-	defer e.mu.Unlock()
 	if on {
-		e.paused[p] = true
+		e.paused.Add(p)
 	} else {
-		delete(e.paused, p)
+		e.paused.Remove(p)
 	}
 }
 

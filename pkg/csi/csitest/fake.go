@@ -148,39 +148,21 @@ func (f *Fake) CreateSnapshot(_ context.Context, req csi.CreateSnapshotRequest) 
 		if s.SourceVolumeID != req.SourceVolumeID {
 			return nil, status.Errorf(codes.AlreadyExists, "snapshot %s exists for another volume", req.Name)
 		}
-		c := *s
-		return &c, nil
+		return copySnapshot(s), nil
 	}
 	s := &csi.Snapshot{ID: id, SourceVolumeID: req.SourceVolumeID, CreationTime: f.now, SizeBytes: 1 << 20, ReadyToUse: !f.NotReady}
 	f.snapshots[id] = s
-	c := *s
-	return &c, nil
+	return copySnapshot(s), nil
 }
 
 // DeleteSnapshot implements csi.Client.
 func (f *Fake) DeleteSnapshot(_ context.Context, id string, secrets map[string]string) error {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	if err := f.call("DeleteSnapshot", secrets); err != nil {
-		return err
-	}
-	delete(f.snapshots, id)
-	return nil
+	return remove(f, "DeleteSnapshot", secrets, f.snapshots, id)
 }
 
 // GetSnapshot implements csi.Client.
 func (f *Fake) GetSnapshot(_ context.Context, id string, secrets map[string]string) (*csi.Snapshot, error) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	if err := f.call("GetSnapshot", secrets); err != nil {
-		return nil, err
-	}
-	s, ok := f.snapshots[id]
-	if !ok {
-		return nil, nil
-	}
-	c := *s
-	return &c, nil
+	return get(f, "GetSnapshot", secrets, f.snapshots, id, copySnapshot)
 }
 
 // CreateGroupSnapshot implements csi.Client.
@@ -207,27 +189,39 @@ func (f *Fake) CreateGroupSnapshot(_ context.Context, req csi.CreateGroupSnapsho
 
 // DeleteGroupSnapshot implements csi.Client.
 func (f *Fake) DeleteGroupSnapshot(_ context.Context, id string, _ []string, secrets map[string]string) error {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	if err := f.call("DeleteGroupSnapshot", secrets); err != nil {
-		return err
-	}
-	delete(f.groups, id)
-	return nil
+	return remove(f, "DeleteGroupSnapshot", secrets, f.groups, id)
 }
 
 // GetGroupSnapshot implements csi.Client.
 func (f *Fake) GetGroupSnapshot(_ context.Context, id string, _ []string, secrets map[string]string) (*csi.GroupSnapshot, error) {
+	return get(f, "GetGroupSnapshot", secrets, f.groups, id, copyGroup)
+}
+
+// get answers a Get call of method for id among objs: a copy made by clone,
+// or nil when the backend has no such object.
+func get[T any](f *Fake, method string, secrets map[string]string, objs map[string]*T, id string, clone func(*T) *T) (*T, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	if err := f.call("GetGroupSnapshot", secrets); err != nil {
+	if err := f.call(method, secrets); err != nil {
 		return nil, err
 	}
-	g, ok := f.groups[id]
+	obj, ok := objs[id]
 	if !ok {
 		return nil, nil
 	}
-	return copyGroup(g), nil
+	return clone(obj), nil
+}
+
+// remove answers a Delete call of method for id among objs; an unknown id
+// is success.
+func remove[T any](f *Fake, method string, secrets map[string]string, objs map[string]*T, id string) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if err := f.call(method, secrets); err != nil {
+		return err
+	}
+	delete(objs, id)
+	return nil
 }
 
 // GroupIDs lists the ids of the group snapshots the backend holds.
@@ -235,6 +229,11 @@ func (f *Fake) GroupIDs() []string {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	return slices.Sorted(maps.Keys(f.groups))
+}
+
+func copySnapshot(s *csi.Snapshot) *csi.Snapshot {
+	c := *s
+	return &c
 }
 
 func copyGroup(g *csi.GroupSnapshot) *csi.GroupSnapshot {

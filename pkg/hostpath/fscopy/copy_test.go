@@ -13,6 +13,8 @@ import (
 	"testing"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/shutter-csi/shutter/internal/fstest"
 )
 
 // noise returns n bytes without runs of zeros, the same in every run.
@@ -22,38 +24,31 @@ func noise(n int) []byte {
 	return b
 }
 
-// allocated returns the bytes a file occupies on disk.
-func allocated(t *testing.T, path string) int64 {
+// writeSparse creates a file at path of size bytes that holds each of
+// extents' data at its offset, and holes elsewhere.
+func writeSparse(t *testing.T, path string, size int64, extents map[int64][]byte) {
 	t.Helper()
-	var st unix.Stat_t
-	if err := unix.Stat(path, &st); err != nil {
+	f, err := os.Create(path)
+	if err != nil {
 		t.Fatal(err)
 	}
-	return st.Blocks * 512
+	defer f.Close()
+	for off, data := range extents {
+		if _, err := f.WriteAt(data, off); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := f.Truncate(size); err != nil {
+		t.Fatal(err)
+	}
 }
 
 func TestCopyFileKeepsHolesAndDropsZeros(t *testing.T) {
 	dir := t.TempDir()
 	src := filepath.Join(dir, "src")
-	f, err := os.Create(src)
-	if err != nil {
-		t.Fatal(err)
-	}
 	data := noise(1 << 20)
 	// Layout: hole, 1 MiB data, 8 MiB of written zeros, 1 MiB data, hole.
-	if _, err := f.WriteAt(data, 4<<20); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := f.WriteAt(make([]byte, 8<<20), 5<<20); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := f.WriteAt(data, 13<<20); err != nil {
-		t.Fatal(err)
-	}
-	if err := f.Truncate(32 << 20); err != nil {
-		t.Fatal(err)
-	}
-	_ = f.Close()
+	writeSparse(t, src, 32<<20, map[int64][]byte{4 << 20: data, 5 << 20: make([]byte, 8<<20), 13 << 20: data})
 
 	for _, sync := range []bool{false, true} {
 		dst := filepath.Join(dir, "dst")
@@ -67,7 +62,7 @@ func TestCopyFileKeepsHolesAndDropsZeros(t *testing.T) {
 			t.Fatal("copy differs from source")
 		}
 		// The written zeros must not be copied: only the two data MiBs.
-		if a := allocated(t, dst); a > 3<<20 {
+		if a := fstest.Allocated(t, dst); a > 3<<20 {
 			t.Fatalf("copy allocates %d bytes, want about 2 MiB", a)
 		}
 	}
@@ -107,25 +102,10 @@ func TestIsZero(t *testing.T) {
 func sparseSource(t *testing.T, dir string) (string, []byte) {
 	t.Helper()
 	src := filepath.Join(dir, "src")
-	f, err := os.Create(src)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	// The last extent needs more direct writes than there are buffers.
 	data := noise(3<<20 + 123)
-	for _, off := range []int64{0, 8<<20 + 100, 20 << 20} {
-		if _, err := f.WriteAt(data, off); err != nil {
-			t.Fatal(err)
-		}
-	}
+	// The last extent needs more direct writes than there are buffers.
 	long := noise((directDepth+3)*directChunk + 5)
-	if _, err := f.WriteAt(long, 30<<20); err != nil {
-		t.Fatal(err)
-	}
-	if err := f.Truncate(int64(30<<20+len(long)) + 8<<20 + 777); err != nil {
-		t.Fatal(err)
-	}
+	writeSparse(t, src, int64(30<<20+len(long))+8<<20+777, map[int64][]byte{0: data, 8<<20 + 100: data, 20 << 20: data, 30 << 20: long})
 	want, err := os.ReadFile(src)
 	if err != nil {
 		t.Fatal(err)
@@ -173,7 +153,7 @@ func TestDirectCopyMatchesSourceAndKeepsHoles(t *testing.T) {
 				t.Fatalf("refuse=%t sync=%t: copy differs from source (err %v)", refuse, sync, err)
 			}
 			// The data extents only (about 57 MiB); the rest stays a hole.
-			if a := allocated(t, dst); a > 64<<20 {
+			if a := fstest.Allocated(t, dst); a > 64<<20 {
 				t.Fatalf("refuse=%t sync=%t: copy allocates %d bytes", refuse, sync, a)
 			}
 		}

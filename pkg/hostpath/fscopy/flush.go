@@ -32,22 +32,9 @@ func FlushTree(root string, c Copied) error {
 func FlushDirs(root string, dirs []string) error {
 	var errs []error
 	for _, d := range dirs {
-		errs = append(errs, fsyncPath(filepath.Join(root, d)))
+		errs = append(errs, state.Fsync(filepath.Join(root, d)))
 	}
 	return errors.Join(errs...)
-}
-
-// fsyncPath opens a file or directory and flushes it.
-func fsyncPath(path string) error {
-	f, err := os.Open(path)
-	if err != nil {
-		return fmt.Errorf("open for sync: %w", err)
-	}
-	defer f.Close()
-	if err := f.Sync(); err != nil {
-		return fmt.Errorf("sync %s: %w", filepath.Base(path), err)
-	}
-	return nil
 }
 
 // SyncTree fsyncs a regular file, or every file and directory of a tree,

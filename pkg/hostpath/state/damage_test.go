@@ -18,10 +18,7 @@ import (
 func TestCommitRefusesOversizedRecord(t *testing.T) {
 	dir := t.TempDir()
 	l, tab := openVolumes(t, dir)
-	if err := tab.Put("vol-a", Volume{ID: "vol-a"}); err != nil {
-		t.Fatal(err)
-	}
-	end := logEnd(l)
+	end := putVolume(t, l, tab, "vol-a")
 	huge := Volume{ID: "vol-huge", Parameters: map[string]string{"pad": strings.Repeat("x", 1536<<10)}}
 	err := tab.Put("vol-huge", huge)
 	if !errors.Is(err, ErrRecordTooLarge) {
@@ -82,10 +79,7 @@ func TestOpenKeepsLogDamagedInTheMiddle(t *testing.T) {
 func TestOpenTornEndIsNotDamageInTheMiddle(t *testing.T) {
 	dir := t.TempDir()
 	l, tab := openVolumes(t, dir)
-	if err := tab.Put("vol-a", Volume{ID: "vol-a"}); err != nil {
-		t.Fatal(err)
-	}
-	end := logEnd(l)
+	end := putVolume(t, l, tab, "vol-a")
 	data := closeAndRead(t, l, dir)
 	torn := appendFrame(nil, change{key: recordKey{"volumes", "vol-b"}, value: []byte(`{"id":"vol-b"}`)})
 	copy(data[end:], torn[:len(torn)-3])

@@ -5,6 +5,7 @@ package state
 import (
 	"fmt"
 	"os"
+	"path/filepath"
 	"sync"
 )
 
@@ -64,7 +65,7 @@ func SyncDir(dir string) error {
 		f.started++
 		gen := f.started
 		flushMu.Unlock()
-		err := fsyncDir(dir)
+		err := Fsync(dir)
 		flushMu.Lock()
 		f.running = false
 		f.done = gen
@@ -79,15 +80,16 @@ func SyncDir(dir string) error {
 	return nil
 }
 
-// fsyncDir opens dir and fsyncs it.
-func fsyncDir(dir string) error {
-	d, err := os.Open(dir)
+// Fsync opens a file or directory and flushes it; unlike SyncDir, it shares
+// the flush with no other caller.
+func Fsync(path string) error {
+	f, err := os.Open(path)
 	if err != nil {
-		return fmt.Errorf("open dir for sync: %w", err)
+		return fmt.Errorf("open for sync: %w", err)
 	}
-	defer d.Close()
-	if err := d.Sync(); err != nil {
-		return fmt.Errorf("sync dir: %w", err)
+	defer f.Close()
+	if err := f.Sync(); err != nil {
+		return fmt.Errorf("sync %s: %w", filepath.Base(path), err)
 	}
 	return nil
 }

@@ -16,16 +16,30 @@ import (
 // openVolumes opens the log in dir and its volumes table.
 func openVolumes(t *testing.T, dir string) (*Log, *Table[Volume]) {
 	t.Helper()
+	l := openLog(t, dir)
+	return l, openTable[Volume](t, l, "volumes")
+}
+
+// openLog opens the log in dir, which flushes, and closes it when the test
+// ends.
+func openLog(t *testing.T, dir string) *Log {
+	t.Helper()
 	l, err := OpenLog(dir, true)
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = l.Close() })
-	tab, err := OpenTable[Volume](l, "volumes")
+	return l
+}
+
+// openTable opens the table name of l.
+func openTable[T any](t *testing.T, l *Log, name string) *Table[T] {
+	t.Helper()
+	tab, err := OpenTable[T](l, name)
 	if err != nil {
 		t.Fatal(err)
 	}
-	return l, tab
+	return tab
 }
 
 // checkRecovered checks what follows a put of id that failed or was
@@ -66,6 +80,16 @@ func logEnd(l *Log) int {
 	return int(l.size)
 }
 
+// putVolume puts a record of volume id into tab and returns the end of the
+// log's last frame after it.
+func putVolume(t *testing.T, l *Log, tab *Table[Volume], id string) int {
+	t.Helper()
+	if err := tab.Put(id, Volume{ID: id}); err != nil {
+		t.Fatal(err)
+	}
+	return logEnd(l)
+}
+
 func logSize(t *testing.T, dir string) int64 {
 	t.Helper()
 	info, err := os.Stat(logPath(dir))
@@ -78,10 +102,7 @@ func logSize(t *testing.T, dir string) int64 {
 func TestTablePersistsPutsAndDeletes(t *testing.T) {
 	dir := t.TempDir()
 	l, tab := openVolumes(t, dir)
-	snaps, err := OpenTable[Snapshot](l, "snapshots")
-	if err != nil {
-		t.Fatal(err)
-	}
+	snaps := openTable[Snapshot](t, l, "snapshots")
 	for _, err := range []error{
 		tab.Put("vol-a", Volume{ID: "vol-a", CapacityBytes: 7}),
 		tab.Put("vol-b", Volume{ID: "vol-b"}),
@@ -104,10 +125,7 @@ func TestTablePersistsPutsAndDeletes(t *testing.T) {
 	if ids := again.IDs(); !slices.Equal(ids, []string{"vol-a"}) {
 		t.Fatalf("IDs = %v, want only vol-a", ids)
 	}
-	snaps2, err := OpenTable[Snapshot](l2, "snapshots")
-	if err != nil {
-		t.Fatal(err)
-	}
+	snaps2 := openTable[Snapshot](t, l2, "snapshots")
 	if got, ok := snaps2.Get("vol-a"); !ok || got.SizeBytes != 3 {
 		t.Fatalf("snapshot vol-a = %v, %t", got, ok)
 	}
@@ -143,14 +161,8 @@ func TestOpenDropsTornOrCorruptTail(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			dir := t.TempDir()
 			l, tab := openVolumes(t, dir)
-			if err := tab.Put("vol-a", Volume{ID: "vol-a"}); err != nil {
-				t.Fatal(err)
-			}
-			last := logEnd(l)
-			if err := tab.Put("vol-b", Volume{ID: "vol-b"}); err != nil {
-				t.Fatal(err)
-			}
-			end := logEnd(l)
+			last := putVolume(t, l, tab, "vol-a")
+			end := putVolume(t, l, tab, "vol-b")
 			data := closeAndRead(t, l, dir)
 			tc.damage(data, last, end)
 			if err := os.WriteFile(logPath(dir), data, 0o600); err != nil {
@@ -356,10 +368,7 @@ func TestOpenTableRejectsCorruptLegacyRecord(t *testing.T) {
 func TestCommitWritesChangesOfSeveralTablesInOrder(t *testing.T) {
 	dir := t.TempDir()
 	l, vols := openVolumes(t, dir)
-	markers, err := OpenTable[PendingRestore](l, "restores")
-	if err != nil {
-		t.Fatal(err)
-	}
+	markers := openTable[PendingRestore](t, l, "restores")
 	before := logEnd(l)
 	m, err := markers.PutChange("vol-a", PendingRestore{VolumeID: "vol-a"})
 	if err != nil {
@@ -388,14 +397,8 @@ func TestCommitWritesChangesOfSeveralTablesInOrder(t *testing.T) {
 	}
 	_ = l.Close()
 
-	l2, err := OpenLog(dir, true)
-	if err != nil {
-		t.Fatal(err)
-	}
-	got, err := OpenTable[PendingRestore](l2, "restores")
-	if err != nil {
-		t.Fatal(err)
-	}
+	l2 := openLog(t, dir)
+	got := openTable[PendingRestore](t, l2, "restores")
 	if m, ok := got.Get("vol-a"); !ok || !m.Copied {
 		t.Fatalf("marker after reopen = %v, %t; want the unflushed update", m, ok)
 	}
@@ -407,10 +410,7 @@ func TestCommitWritesChangesOfSeveralTablesInOrder(t *testing.T) {
 		t.Fatal(err)
 	}
 	l3, vols3 := openVolumes(t, dir)
-	markers3, err := OpenTable[PendingRestore](l3, "restores")
-	if err != nil {
-		t.Fatal(err)
-	}
+	markers3 := openTable[PendingRestore](t, l3, "restores")
 	if _, ok := markers3.Get("vol-a"); !ok {
 		t.Fatal("the first change of a torn batch was lost")
 	}
@@ -444,28 +444,14 @@ func TestSnapshotRecordEmptyField(t *testing.T) {
 		}
 	}
 	dir := t.TempDir()
-	l, err := OpenLog(dir, true)
-	if err != nil {
-		t.Fatal(err)
-	}
-	snaps, err := OpenTable[Snapshot](l, "snapshots")
-	if err != nil {
-		t.Fatal(err)
-	}
+	l := openLog(t, dir)
+	snaps := openTable[Snapshot](t, l, "snapshots")
 	empty := Snapshot{ID: "snap-2", AccessType: AccessMount, Empty: true, Mode: 0o751 | fs.ModeSetgid}
 	if err := snaps.Put(empty.ID, empty); err != nil {
 		t.Fatal(err)
 	}
 	_ = l.Close()
-	l, err = OpenLog(dir, true)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = l.Close() })
-	snaps, err = OpenTable[Snapshot](l, "snapshots")
-	if err != nil {
-		t.Fatal(err)
-	}
+	snaps = openTable[Snapshot](t, openLog(t, dir), "snapshots")
 	if got, ok := snaps.Get(empty.ID); !ok || !got.Empty || got.Mode != empty.Mode {
 		t.Fatalf("empty record reopened as %+v, %v; want %+v", got, ok, empty)
 	}
