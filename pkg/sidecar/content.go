@@ -8,10 +8,8 @@ import (
 	"k8s.io/utils/ptr"
 
 	snapshotv1 "github.com/shutter-csi/shutter/client/apis/volumesnapshot/v1"
-	clientset "github.com/shutter-csi/shutter/client/clientset/versioned"
 	listers "github.com/shutter-csi/shutter/client/listers/volumesnapshot/v1"
 	"github.com/shutter-csi/shutter/pkg/csi"
-	"github.com/shutter-csi/shutter/pkg/kube"
 	"github.com/shutter-csi/shutter/pkg/protocol"
 )
 
@@ -19,10 +17,8 @@ type content = *snapshotv1.VolumeSnapshotContent
 
 // contentKind adapts VolumeSnapshotContent and the single-snapshot CSI calls.
 type contentKind struct {
-	client   clientset.Interface
-	contents listers.VolumeSnapshotContentLister
-	classes  listers.VolumeSnapshotClassLister
-	csi      csi.Client
+	classes listers.VolumeSnapshotClassLister
+	csi     csi.Client
 }
 
 var contentKeys = kindKeys{
@@ -37,12 +33,6 @@ var contentKeys = kindKeys{
 }
 
 func (contentKind) keys() kindKeys { return contentKeys }
-
-func (k contentKind) get(name string) (content, error) { return k.contents.Get(name) }
-
-func (k contentKind) writeClient(string) kube.Client[content] {
-	return k.client.SnapshotV1().VolumeSnapshotContents()
-}
 
 func (contentKind) driver(c content) string { return c.Spec.Driver }
 

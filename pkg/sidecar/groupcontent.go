@@ -10,10 +10,8 @@ import (
 
 	groupv1 "github.com/shutter-csi/shutter/client/apis/volumegroupsnapshot/v1"
 	snapshotv1 "github.com/shutter-csi/shutter/client/apis/volumesnapshot/v1"
-	clientset "github.com/shutter-csi/shutter/client/clientset/versioned"
 	grouplisters "github.com/shutter-csi/shutter/client/listers/volumegroupsnapshot/v1"
 	"github.com/shutter-csi/shutter/pkg/csi"
-	"github.com/shutter-csi/shutter/pkg/kube"
 	"github.com/shutter-csi/shutter/pkg/protocol"
 )
 
@@ -21,10 +19,8 @@ type groupContent = *groupv1.VolumeGroupSnapshotContent
 
 // groupKind adapts VolumeGroupSnapshotContent and the group CSI calls.
 type groupKind struct {
-	client   clientset.Interface
-	contents grouplisters.VolumeGroupSnapshotContentLister
-	classes  grouplisters.VolumeGroupSnapshotClassLister
-	csi      csi.Client
+	classes grouplisters.VolumeGroupSnapshotClassLister
+	csi     csi.Client
 }
 
 var groupKeys = kindKeys{
@@ -39,12 +35,6 @@ var groupKeys = kindKeys{
 }
 
 func (groupKind) keys() kindKeys { return groupKeys }
-
-func (k groupKind) get(name string) (groupContent, error) { return k.contents.Get(name) }
-
-func (k groupKind) writeClient(string) kube.Client[groupContent] {
-	return k.client.GroupsnapshotV1().VolumeGroupSnapshotContents()
-}
 
 func (groupKind) driver(g groupContent) string { return g.Spec.Driver }
 

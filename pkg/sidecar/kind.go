@@ -22,11 +22,6 @@ import (
 type kind[T kube.Object[T]] interface {
 	// keys are the protocol keys of this kind.
 	keys() kindKeys
-	// get reads the object from the informer's lister.
-	get(name string) (T, error)
-	// writeClient is the generated client of the kind; namespace is empty (contents are cluster-scoped).
-	writeClient(namespace string) kube.Client[T]
-
 	// driver is spec.driver.
 	driver(obj T) string
 	// member tells whether obj is a member of a group snapshot: no CSI call is ever made for it.
@@ -61,6 +56,12 @@ type kind[T kube.Object[T]] interface {
 	// withStatus returns a copy of obj with a status, and the fields of that status both kinds
 	// have, to change.
 	withStatus(obj T) (T, statusFields)
+}
+
+// lister reads objects of one kind from an informer's cache: the generated listers of the
+// (cluster-scoped) content kinds have this shape.
+type lister[T any] interface {
+	Get(name string) (T, error)
 }
 
 // state is what the reconciler reads of a status.

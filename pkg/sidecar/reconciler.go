@@ -50,6 +50,7 @@ type config struct {
 // reconciler reconciles the objects of one kind that belong to this sidecar's driver.
 type reconciler[T kube.Object[T]] struct {
 	kind     kind[T]
+	objects  lister[T]
 	cfg      config
 	kube     kubernetes.Interface // Secret GETs only
 	recorder record.EventRecorder
@@ -96,10 +97,14 @@ func (m *marks[V]) forget(key controller.Key) {
 	delete(m.m, key)
 }
 
-func newReconciler[T kube.Object[T]](k kind[T], cfg config, kubeClient kubernetes.Interface, recorder record.EventRecorder, m *metrics) *reconciler[T] {
+// newReconciler is the reconciler of kind k, which reads objects from the informer's lister and
+// writes them through the generated client.
+func newReconciler[T kube.Object[T]](k kind[T], objects lister[T], client kube.Client[T], cfg config, kubeClient kubernetes.Interface,
+	recorder record.EventRecorder, m *metrics) *reconciler[T] {
 	return &reconciler[T]{
-		kind: k, cfg: cfg, kube: kubeClient, recorder: recorder, metrics: m,
-		writer: kube.NewWriter(k.keys().name, k.writeClient, controller.NewWrites[T]().WithTrim(controller.Trimmed[T](controller.TrimMeta)),
+		kind: k, objects: objects, cfg: cfg, kube: kubeClient, recorder: recorder, metrics: m,
+		writer: kube.NewWriter(k.keys().name, func(string) kube.Client[T] { return client },
+			controller.NewWrites[T]().WithTrim(controller.Trimmed[T](controller.TrimMeta)),
 			kube.WriterOptions{FieldManager: fieldManager, Count: m.write}),
 		clock:     clock.RealClock{},
 		readiness: flowcontrol.NewBackOff(cfg.retryStart, cfg.retryMax),
@@ -118,7 +123,7 @@ func (r *reconciler[T]) mine(obj T) bool {
 
 // sync is the state diagram: it finds the one transition obj is due for.
 func (r *reconciler[T]) sync(ctx context.Context, key controller.Key) error {
-	listed, err := r.kind.get(key.Name)
+	listed, err := r.objects.Get(key.Name)
 	if apierrors.IsNotFound(err) {
 		r.forget(key)
 		return nil
