@@ -7,7 +7,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/client-go/listers"
 	corelisters "k8s.io/client-go/listers/core/v1"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/klog/v2"
@@ -58,8 +58,6 @@ type groups struct {
 // do: select their volumes, and make and let go of their member snapshots.
 type groupKind struct {
 	client       clientset.Interface // GETs only
-	snapshots    grouplisters.VolumeGroupSnapshotLister
-	contents     grouplisters.VolumeGroupSnapshotContentLister
 	classes      grouplisters.VolumeGroupSnapshotClassLister
 	classIndexer cache.Indexer
 	claims       corelisters.PersistentVolumeClaimLister
@@ -78,11 +76,13 @@ func (c *Controller) newGroups(factory snapinformers.SharedInformerFactory) (*gr
 	if err := class.Informer().AddIndexers(cache.Indexers{byDriver: groupClassesByDriver}); err != nil {
 		return nil, fmt.Errorf("add indexers: %w", err)
 	}
-	k := &groupKind{client: c.clients.Snapshots, snapshots: vgs.Lister(), contents: vgsc.Lister(), classes: class.Lister(),
+	k := &groupKind{client: c.clients.Snapshots, classes: class.Lister(),
 		classIndexer: class.Informer().GetIndexer(), claims: c.single.claims, volumes: c.single.volumes,
 		members: members{snapshots: c.single.snapshots, snapshotIndexer: c.single.snapshotIndexer, contents: c.single.contents,
 			snapshotWriter: c.writes.snapshots, contentWriter: c.writes.contents, wake: c.singles.snapshotQueue.Add}}
 	r := newReconcilerOf(c, k, groupKeys, c.writes.groups, c.writes.groupContents, 0)
+	r.snapshotLister = listers.New[*groupv1.VolumeGroupSnapshot](vgs.Informer().GetIndexer(), groupv1.Resource("volumegroupsnapshots"))
+	r.contentLister = listers.New[*groupv1.VolumeGroupSnapshotContent](vgsc.Informer().GetIndexer(), groupv1.Resource("volumegroupsnapshotcontents"))
 	r.snapshotQueue = controller.NewQueue(groupKeys.snapshotQueue, c.opts.Retry, r.syncSnapshotKey)
 	r.contentQueue = controller.NewQueue(groupKeys.contentQueue, c.opts.Retry, r.syncContentKey)
 	g := &groups{r: r, stopped: make(chan struct{})}
@@ -121,16 +121,8 @@ func (g *groups) run(ctx context.Context, workers int, resync time.Duration) {
 
 func (*groupKind) keys() kindKeys { return groupKeys }
 
-func (k *groupKind) getSnapshot(namespace, name string) (*groupv1.VolumeGroupSnapshot, error) {
-	return k.snapshots.VolumeGroupSnapshots(namespace).Get(name)
-}
-
 func (k *groupKind) liveSnapshot(ctx context.Context, namespace, name string) (*groupv1.VolumeGroupSnapshot, error) {
 	return k.client.GroupsnapshotV1().VolumeGroupSnapshots(namespace).Get(ctx, name, metav1.GetOptions{})
-}
-
-func (k *groupKind) listSnapshots(sel labels.Selector) ([]*groupv1.VolumeGroupSnapshot, error) {
-	return k.snapshots.List(sel)
 }
 
 func (*groupKind) statusContent(vgs *groupv1.VolumeGroupSnapshot) string {
@@ -210,14 +202,6 @@ func (k *groupKind) classDriver(vgs *groupv1.VolumeGroupSnapshot) string {
 		}
 	}
 	return ""
-}
-
-func (k *groupKind) getContent(name string) (*groupv1.VolumeGroupSnapshotContent, error) {
-	return k.contents.Get(name)
-}
-
-func (k *groupKind) listContents(sel labels.Selector) ([]*groupv1.VolumeGroupSnapshotContent, error) {
-	return k.contents.List(sel)
 }
 
 func (*groupKind) ref(c *groupv1.VolumeGroupSnapshotContent) *corev1.ObjectReference {

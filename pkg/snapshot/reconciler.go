@@ -6,8 +6,8 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/listers"
 	"k8s.io/client-go/tools/record"
 	"k8s.io/klog/v2"
 	"k8s.io/utils/clock"
@@ -26,10 +26,9 @@ import (
 type kind[S kube.Object[S], C kube.Object[C]] interface {
 	keys() kindKeys
 
-	// getSnapshot reads a snapshot from the lister, liveSnapshot from the API server.
-	getSnapshot(namespace, name string) (S, error)
+	// liveSnapshot reads a snapshot from the API server (the reconciler reads the informers'
+	// caches itself).
 	liveSnapshot(ctx context.Context, namespace, name string) (S, error)
-	listSnapshots(labels.Selector) ([]S, error)
 	// statusContent is the content name the status records as bound, sourceContent the one a
 	// pre-provisioned snapshot names; "" for none.
 	statusContent(s S) string
@@ -53,9 +52,6 @@ type kind[S kube.Object[S], C kube.Object[C]] interface {
 	// classDriver is the driver of the class s names, "" when unknown.
 	classDriver(s S) string
 
-	// getContent reads a content from the lister.
-	getContent(name string) (C, error)
-	listContents(labels.Selector) ([]C, error)
 	// ref is the content's reference to its snapshot, inside c (change it on a copy only).
 	ref(c C) *corev1.ObjectReference
 	policy(c C) snapshotv1.DeletionPolicy
@@ -128,8 +124,12 @@ type reconciler[S kube.Object[S], C kube.Object[C]] struct {
 	keys      kindKeys
 	snapshots *kube.Writer[S]
 	contents  *kube.Writer[C]
-	recorder  record.EventRecorder
-	clock     clock.PassiveClock
+	// snapshotLister and contentLister read the informers' caches; they are what the generated
+	// listers are built on.
+	snapshotLister listers.ResourceIndexer[S]
+	contentLister  listers.ResourceIndexer[C]
+	recorder       record.EventRecorder
+	clock          clock.PassiveClock
 	// readyEvents records a Normal event when a snapshot becomes ready.
 	readyEvents bool
 	// statusGrace is how long a new content's status waits for the sidecar's first report.
@@ -156,7 +156,7 @@ func (r *reconciler[S, C]) onContent(c C) {
 
 // requeueUnbound queues the snapshots not bound yet: a new default class may unblock them.
 func (r *reconciler[S, C]) requeueUnbound() {
-	all, err := r.kind.listSnapshots(everything)
+	all, err := r.snapshotLister.List(everything)
 	if err != nil {
 		return
 	}
@@ -169,8 +169,8 @@ func (r *reconciler[S, C]) requeueUnbound() {
 
 // run runs both queues and their resync until ctx is done and their syncs have finished.
 func (r *reconciler[S, C]) run(ctx context.Context, workers int, resync time.Duration) {
-	go controller.Resync(ctx, r.snapshotQueue, resync, func() []controller.Key { return keys(r.kind.listSnapshots) })
-	go controller.Resync(ctx, r.contentQueue, resync, func() []controller.Key { return keys(r.kind.listContents) })
+	go controller.Resync(ctx, r.snapshotQueue, resync, func() []controller.Key { return keys(r.snapshotLister.List) })
+	go controller.Resync(ctx, r.contentQueue, resync, func() []controller.Key { return keys(r.contentLister.List) })
 	done := make(chan struct{})
 	go func() {
 		r.contentQueue.Run(ctx, workers)
@@ -180,8 +180,13 @@ func (r *reconciler[S, C]) run(ctx context.Context, workers int, resync time.Dur
 	<-done
 }
 
+// cachedSnapshot reads a snapshot from the informer's cache.
+func (r *reconciler[S, C]) cachedSnapshot(namespace, name string) (S, error) {
+	return listers.NewNamespaced(r.snapshotLister, namespace).Get(name)
+}
+
 func (r *reconciler[S, C]) syncSnapshotKey(ctx context.Context, key controller.Key) error {
-	s, err := r.kind.getSnapshot(key.Namespace, key.Name)
+	s, err := r.cachedSnapshot(key.Namespace, key.Name)
 	if err != nil {
 		return ignoreNotFound(err)
 	}
@@ -191,7 +196,7 @@ func (r *reconciler[S, C]) syncSnapshotKey(ctx context.Context, key controller.K
 }
 
 func (r *reconciler[S, C]) syncContentKey(ctx context.Context, key controller.Key) error {
-	c, err := r.kind.getContent(key.Name)
+	c, err := r.contentLister.Get(key.Name)
 	if err != nil {
 		return ignoreNotFound(err)
 	}
@@ -242,7 +247,7 @@ func (r *reconciler[S, C]) contentName(s S) string {
 // informer has not seen it yet, from the own-write cache; found is false when it does not exist.
 func (r *reconciler[S, C]) contentOf(s S) (c C, found bool, err error) {
 	name := r.contentName(s)
-	c, err = r.kind.getContent(name)
+	c, err = r.contentLister.Get(name)
 	if apierrors.IsNotFound(err) {
 		c, found = r.contents.Cache().Get(controller.Key{Name: name})
 		return c, found, nil
@@ -254,7 +259,7 @@ func (r *reconciler[S, C]) contentOf(s S) (c C, found bool, err error) {
 
 // driverOf is the driver of s's content, or of its class before the content exists.
 func (r *reconciler[S, C]) driverOf(s S) string {
-	if c, err := r.kind.getContent(r.contentName(s)); err == nil {
+	if c, err := r.contentLister.Get(r.contentName(s)); err == nil {
 		return r.kind.driver(c)
 	}
 	return r.kind.classDriver(s)

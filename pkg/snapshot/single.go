@@ -9,7 +9,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/labels"
 	corelisters "k8s.io/client-go/listers/core/v1"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/klog/v2"
@@ -74,16 +73,8 @@ var _ kind[*snapshotv1.VolumeSnapshot, *snapshotv1.VolumeSnapshotContent] = (*sn
 
 func (*snapshotKind) keys() kindKeys { return singleKeys }
 
-func (k *snapshotKind) getSnapshot(namespace, name string) (*snapshotv1.VolumeSnapshot, error) {
-	return k.snapshots.VolumeSnapshots(namespace).Get(name)
-}
-
 func (k *snapshotKind) liveSnapshot(ctx context.Context, namespace, name string) (*snapshotv1.VolumeSnapshot, error) {
 	return k.client.SnapshotV1().VolumeSnapshots(namespace).Get(ctx, name, metav1.GetOptions{})
-}
-
-func (k *snapshotKind) listSnapshots(sel labels.Selector) ([]*snapshotv1.VolumeSnapshot, error) {
-	return k.snapshots.List(sel)
 }
 
 func (*snapshotKind) statusContent(vs *snapshotv1.VolumeSnapshot) string {
@@ -184,14 +175,6 @@ func (k *snapshotKind) classDriver(vs *snapshotv1.VolumeSnapshot) string {
 		}
 	}
 	return ""
-}
-
-func (k *snapshotKind) getContent(name string) (*snapshotv1.VolumeSnapshotContent, error) {
-	return k.contents.Get(name)
-}
-
-func (k *snapshotKind) listContents(sel labels.Selector) ([]*snapshotv1.VolumeSnapshotContent, error) {
-	return k.contents.List(sel)
 }
 
 func (*snapshotKind) ref(c *snapshotv1.VolumeSnapshotContent) *corev1.ObjectReference {

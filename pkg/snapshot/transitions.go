@@ -246,7 +246,7 @@ func (r *reconciler[S, C]) snapshotGone(ctx context.Context, c C) (bool, error) 
 // gone tells whether the snapshot namespace/name with uid no longer exists. A lister miss is
 // confirmed with the API server, so a slow informer never costs a backend snapshot.
 func (r *reconciler[S, C]) gone(ctx context.Context, namespace, name string, uid types.UID) (bool, error) {
-	s, err := r.kind.getSnapshot(namespace, name)
+	s, err := r.cachedSnapshot(namespace, name)
 	if apierrors.IsNotFound(err) {
 		s, err = r.kind.liveSnapshot(ctx, namespace, name)
 	}
