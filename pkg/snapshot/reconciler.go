@@ -15,6 +15,7 @@ import (
 	snapshotv1 "github.com/shutter-csi/shutter/client/apis/volumesnapshot/v1"
 	"github.com/shutter-csi/shutter/pkg/controller"
 	"github.com/shutter-csi/shutter/pkg/kube"
+	"github.com/shutter-csi/shutter/pkg/protocol"
 )
 
 // kind is everything that differs between the two pairs of kinds the controller reconciles: a
@@ -88,6 +89,11 @@ type kindKeys struct {
 	// contentFinalizer is the content's bound-protection finalizer; beingCreated and
 	// beingDeleted are the sidecar's annotations on it.
 	contentFinalizer, beingCreated, beingDeleted string
+	// classKind is the class kind's name; secret are the class parameters that name the
+	// deletion secret, which secretName and secretNamespace annotate on a dynamic content.
+	classKind                   string
+	secret                      protocol.SecretParams
+	secretName, secretNamespace string
 	// Event reasons.
 	reasonContentMissing, reasonBindingInvalid, reasonReady, readyMessage string
 	// reasonContentFailed, when set, is the Warning event of a snapshot whose content reports an

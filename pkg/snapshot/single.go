@@ -43,6 +43,8 @@ var singleKeys = kindKeys{
 	snapshotKind: "VolumeSnapshot", contentKind: "VolumeSnapshotContent", apiVersion: snapshotv1.SchemeGroupVersion.String(),
 	snapshotQueue: "volumesnapshot", contentQueue: "volumesnapshotcontent", defaultContent: protocol.ContentName,
 	contentFinalizer: protocol.ContentBoundFinalizer, beingCreated: protocol.AnnBeingCreated, beingDeleted: protocol.AnnBeingDeleted,
+	classKind: "VolumeSnapshotClass", secret: protocol.SnapshotterSecret,
+	secretName: protocol.AnnDeletionSecretName, secretNamespace: protocol.AnnDeletionSecretNamespace,
 	reasonContentMissing: ReasonContentMissing, reasonBindingInvalid: ReasonBindingInvalid,
 	reasonReady: ReasonSnapshotReady, readyMessage: "Snapshot is ready to use", reasonContentFailed: ReasonSnapshotFailed,
 	opCreate: metrics.OperationCreate, opDelete: metrics.OperationDelete,
