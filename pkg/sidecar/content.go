@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 
-	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/ptr"
 
 	snapshotv1 "github.com/shutter-csi/shutter/client/apis/volumesnapshot/v1"
@@ -34,31 +33,17 @@ var contentKeys = kindKeys{
 
 func (contentKind) keys() kindKeys { return contentKeys }
 
-func (contentKind) driver(c content) string { return c.Spec.Driver }
-
-func (contentKind) member(c content) bool {
-	_, ok := c.Annotations[protocol.AnnGroupSnapshotHandle]
-	return ok
+func (contentKind) spec(c content) spec {
+	_, member := c.Annotations[protocol.AnnGroupSnapshotHandle]
+	return spec{driver: c.Spec.Driver, member: member, dynamic: c.Spec.Source.VolumeHandle != nil,
+		refUID: c.Spec.VolumeSnapshotRef.UID, policy: c.Spec.DeletionPolicy, handle: ptr.Deref(c.Spec.Source.SnapshotHandle, "")}
 }
-
-func (contentKind) dynamic(c content) bool { return c.Spec.Source.VolumeHandle != nil }
-
-func (contentKind) refUID(c content) types.UID { return c.Spec.VolumeSnapshotRef.UID }
-
-func (contentKind) policy(c content) snapshotv1.DeletionPolicy { return c.Spec.DeletionPolicy }
 
 func (contentKind) state(c content) state {
 	if c.Status == nil {
 		return state{}
 	}
 	return stateOf(c.Status.SnapshotHandle, c.Status.ReadyToUse, c.Status.Error)
-}
-
-func (contentKind) deletable(c content) string {
-	if c.Status != nil {
-		return ptr.Deref(c.Status.SnapshotHandle, "")
-	}
-	return ptr.Deref(c.Spec.Source.SnapshotHandle, "")
 }
 
 func (k contentKind) class(c content) (map[string]string, error) {

@@ -119,7 +119,7 @@ func (r *reconciler[T]) refresh(ctx context.Context, obj T) error {
 // metrics: the create again for a dynamic object (the driver answers a repeated create with the
 // snapshot it made), a read for a pre-provisioned one.
 func (r *reconciler[T]) checkRequest(ctx context.Context, obj T) (string, func(context.Context) (T, error), error) {
-	if r.kind.dynamic(obj) {
+	if r.kind.spec(obj).dynamic {
 		req, err := r.createRequest(ctx, obj)
 		return opCreate, func(ctx context.Context) (T, error) { return r.kind.create(ctx, obj, req) }, err
 	}
@@ -163,7 +163,7 @@ func (r *reconciler[T]) deleteBackend(ctx context.Context, obj T) error {
 	if err != nil {
 		return r.reportInput(ctx, obj, err)
 	}
-	handle := r.kind.deletable(obj)
+	handle := deletable(r.kind, obj)
 	err = r.call(ctx, opDelete, func(ctx context.Context) error { return r.kind.remove(ctx, obj, handle, secrets) })
 	if err != nil {
 		switch outcome(err) {
@@ -231,7 +231,7 @@ func (r *reconciler[T]) report(ctx context.Context, obj T, reason, msg string) e
 
 // createRequest gathers the name, parameters and secrets for the driver's create call.
 func (r *reconciler[T]) createRequest(ctx context.Context, obj T) (createRequest, error) {
-	uid := r.kind.refUID(obj)
+	uid := r.kind.spec(obj).refUID
 	if uid == "" {
 		return createRequest{}, controller.Final(errors.New("the object is not bound: its snapshot reference has no uid"))
 	}
