@@ -127,36 +127,21 @@ func (k *groupKind) liveSnapshot(ctx context.Context, namespace, name string) (*
 	return k.client.GroupsnapshotV1().VolumeGroupSnapshots(namespace).Get(ctx, name, metav1.GetOptions{})
 }
 
-func (*groupKind) statusContent(vgs *groupv1.VolumeGroupSnapshot) string {
-	if vgs.Status != nil && vgs.Status.BoundVolumeGroupSnapshotContentName != nil {
-		return *vgs.Status.BoundVolumeGroupSnapshotContentName
+func (*groupKind) state(vgs *groupv1.VolumeGroupSnapshot) snapshotState {
+	st := vgs.Status
+	if st == nil {
+		return snapshotState{}
 	}
-	return ""
+	return snapshotState{reported: true, content: deref(st.BoundVolumeGroupSnapshotContentName), ready: deref(st.ReadyToUse), err: st.Error}
 }
 
+func (*groupKind) status(vgs *groupv1.VolumeGroupSnapshot) any { return vgs.Status }
+
 func (*groupKind) sourceContent(vgs *groupv1.VolumeGroupSnapshot) string {
-	if vgs.Spec.Source.VolumeGroupSnapshotContentName != nil {
-		return *vgs.Spec.Source.VolumeGroupSnapshotContentName
-	}
-	return ""
+	return deref(vgs.Spec.Source.VolumeGroupSnapshotContentName)
 }
 
 func (*groupKind) waitsForContent(*groupv1.VolumeGroupSnapshot) bool { return false }
-
-func (*groupKind) ready(vgs *groupv1.VolumeGroupSnapshot) bool {
-	return vgs.Status != nil && vgs.Status.ReadyToUse != nil && *vgs.Status.ReadyToUse
-}
-
-func (*groupKind) statusError(vgs *groupv1.VolumeGroupSnapshot) *snapshotv1.VolumeSnapshotError {
-	if vgs.Status == nil {
-		return nil
-	}
-	return vgs.Status.Error
-}
-
-func (*groupKind) hasStatus(vgs *groupv1.VolumeGroupSnapshot) bool { return vgs.Status != nil }
-
-func (*groupKind) status(vgs *groupv1.VolumeGroupSnapshot) any { return vgs.Status }
 
 func (*groupKind) withError(vgs *groupv1.VolumeGroupSnapshot, e *snapshotv1.VolumeSnapshotError) *groupv1.VolumeGroupSnapshot {
 	updated := vgs.DeepCopy()
@@ -210,15 +195,10 @@ func (*groupKind) ref(c *groupv1.VolumeGroupSnapshotContent) *corev1.ObjectRefer
 	return &c.Spec.VolumeGroupSnapshotRef
 }
 
-func (*groupKind) policy(c *groupv1.VolumeGroupSnapshotContent) snapshotv1.DeletionPolicy {
-	return c.Spec.DeletionPolicy
+// info: a group content is never a member.
+func (*groupKind) info(c *groupv1.VolumeGroupSnapshotContent) contentInfo {
+	return contentInfo{policy: c.Spec.DeletionPolicy, driver: c.Spec.Driver, reported: c.Status != nil}
 }
-
-func (*groupKind) driver(c *groupv1.VolumeGroupSnapshotContent) string { return c.Spec.Driver }
-
-func (*groupKind) reported(c *groupv1.VolumeGroupSnapshotContent) bool { return c.Status != nil }
-
-func (*groupKind) member(*groupv1.VolumeGroupSnapshotContent) bool { return false }
 
 // bound creates the members once the sidecar reported them and tells whether all are ready.
 func (k *groupKind) bound(ctx context.Context, vgs *groupv1.VolumeGroupSnapshot, content *groupv1.VolumeGroupSnapshotContent) (bool, error) {

@@ -30,18 +30,14 @@ type kind[S kube.Object[S], C kube.Object[C]] interface {
 	// liveSnapshot reads a snapshot from the API server (the reconciler reads the informers'
 	// caches itself).
 	liveSnapshot(ctx context.Context, namespace, name string) (S, error)
-	// statusContent is the content name the status records as bound, sourceContent the one a
-	// pre-provisioned snapshot names; "" for none.
-	statusContent(s S) string
+	// state is what s's status says; status is the status itself, to compare.
+	state(s S) snapshotState
+	status(s S) any
+	// sourceContent is the content name a pre-provisioned snapshot names, "" for none.
 	sourceContent(s S) string
 	// waitsForContent tells whether s waits for someone else to create its content (a member of
 	// a group, whose group makes it).
 	waitsForContent(s S) bool
-	ready(s S) bool
-	// statusError is status.error, nil for none; hasStatus tells whether s has a status at all.
-	statusError(s S) *snapshotv1.VolumeSnapshotError
-	hasStatus(s S) bool
-	status(s S) any
 	// withError returns s with e in status and not ready; withStatus returns s with the status
 	// its content c (and, for a group, its members' readiness) implies.
 	withError(s S, e *snapshotv1.VolumeSnapshotError) S
@@ -55,12 +51,8 @@ type kind[S kube.Object[S], C kube.Object[C]] interface {
 
 	// ref is the content's reference to its snapshot, inside c (change it on a copy only).
 	ref(c C) *corev1.ObjectReference
-	policy(c C) snapshotv1.DeletionPolicy
-	driver(c C) string
-	// reported tells whether the sidecar has written the content's status.
-	reported(c C) bool
-	// member tells whether c is a member of a group: its group looks after it.
-	member(c C) bool
+	// info is what the reconciler reads of c besides its reference.
+	info(c C) contentInfo
 
 	// plan checks a dynamic snapshot's input and builds its content.
 	plan(ctx context.Context, s S) (plan[C], error)
@@ -76,6 +68,27 @@ type kind[S kube.Object[S], C kube.Object[C]] interface {
 	finalizing(ctx context.Context, s S, c C, found bool) ([]string, error)
 	// releasing runs before s's finalizers are dropped (its source claim's protection).
 	releasing(ctx context.Context, s S) error
+}
+
+// snapshotState is what the reconciler reads of a snapshot's status.
+type snapshotState struct {
+	// reported tells whether the snapshot has a status at all.
+	reported bool
+	// content is the content name the status records as bound, "" for none.
+	content string
+	ready   bool
+	// err is status.error, nil for none.
+	err *snapshotv1.VolumeSnapshotError
+}
+
+// contentInfo is what the reconciler reads of a content.
+type contentInfo struct {
+	policy snapshotv1.DeletionPolicy
+	driver string
+	// reported tells whether the sidecar has written the content's status.
+	reported bool
+	// member tells whether the content is a member of a group: its group looks after it.
+	member bool
 }
 
 // kindKeys are the names, protocol keys and event reasons of one pair of kinds.
@@ -167,7 +180,7 @@ func (r *reconciler[S, C]) requeueUnbound() {
 		return
 	}
 	for _, s := range all {
-		if r.kind.statusContent(s) == "" {
+		if r.kind.state(s).content == "" {
 			r.snapshotQueue.Add(controller.KeyOf(s))
 		}
 	}
@@ -230,7 +243,7 @@ func (r *reconciler[S, C]) syncSnapshot(ctx context.Context, s S) error {
 		return r.syncBound(ctx, s, c)
 	case r.kind.waitsForContent(s):
 		return nil
-	case r.kind.statusContent(s) != "" || r.kind.sourceContent(s) != "":
+	case r.kind.state(s).content != "" || r.kind.sourceContent(s) != "":
 		return r.fail(ctx, s, r.keys.reasonContentMissing, fmtMissing(r.keys.contentKind, r.contentName(s)))
 	default:
 		return r.provision(ctx, s)
@@ -240,7 +253,7 @@ func (r *reconciler[S, C]) syncSnapshot(ctx context.Context, s S) error {
 // contentName is the content s is bound to or will be: the one its status or source names, or
 // for a dynamic snapshot the one named after its uid.
 func (r *reconciler[S, C]) contentName(s S) string {
-	if name := r.kind.statusContent(s); name != "" {
+	if name := r.kind.state(s).content; name != "" {
 		return name
 	}
 	if name := r.kind.sourceContent(s); name != "" {
@@ -266,7 +279,7 @@ func (r *reconciler[S, C]) contentOf(s S) (c C, found bool, err error) {
 // driverOf is the driver of s's content, or of its class before the content exists.
 func (r *reconciler[S, C]) driverOf(s S) string {
 	if c, err := r.contentLister.Get(r.contentName(s)); err == nil {
-		return r.kind.driver(c)
+		return r.kind.info(c).driver
 	}
 	return r.kind.classDriver(s)
 }

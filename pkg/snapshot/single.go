@@ -79,37 +79,24 @@ func (k *snapshotKind) liveSnapshot(ctx context.Context, namespace, name string)
 	return k.client.SnapshotV1().VolumeSnapshots(namespace).Get(ctx, name, metav1.GetOptions{})
 }
 
-func (*snapshotKind) statusContent(vs *snapshotv1.VolumeSnapshot) string {
-	if vs.Status != nil && vs.Status.BoundVolumeSnapshotContentName != nil {
-		return *vs.Status.BoundVolumeSnapshotContentName
+func (*snapshotKind) state(vs *snapshotv1.VolumeSnapshot) snapshotState {
+	st := vs.Status
+	if st == nil {
+		return snapshotState{}
 	}
-	return ""
+	return snapshotState{reported: true, content: deref(st.BoundVolumeSnapshotContentName), ready: deref(st.ReadyToUse), err: st.Error}
 }
 
+func (*snapshotKind) status(vs *snapshotv1.VolumeSnapshot) any { return vs.Status }
+
 func (*snapshotKind) sourceContent(vs *snapshotv1.VolumeSnapshot) string {
-	if vs.Spec.Source.VolumeSnapshotContentName != nil {
-		return *vs.Spec.Source.VolumeSnapshotContentName
-	}
-	return ""
+	return deref(vs.Spec.Source.VolumeSnapshotContentName)
 }
 
 // waitsForContent: a new group member's content is created by its group.
 func (k *snapshotKind) waitsForContent(vs *snapshotv1.VolumeSnapshot) bool {
-	return groupOf(vs) != "" && k.statusContent(vs) == ""
+	return groupOf(vs) != "" && k.state(vs).content == ""
 }
-
-func (*snapshotKind) ready(vs *snapshotv1.VolumeSnapshot) bool { return isReady(vs) }
-
-func (*snapshotKind) statusError(vs *snapshotv1.VolumeSnapshot) *snapshotv1.VolumeSnapshotError {
-	if vs.Status == nil {
-		return nil
-	}
-	return vs.Status.Error
-}
-
-func (*snapshotKind) hasStatus(vs *snapshotv1.VolumeSnapshot) bool { return vs.Status != nil }
-
-func (*snapshotKind) status(vs *snapshotv1.VolumeSnapshot) any { return vs.Status }
 
 func (*snapshotKind) withError(vs *snapshotv1.VolumeSnapshot, e *snapshotv1.VolumeSnapshotError) *snapshotv1.VolumeSnapshot {
 	updated := vs.DeepCopy()
@@ -183,16 +170,9 @@ func (*snapshotKind) ref(c *snapshotv1.VolumeSnapshotContent) *corev1.ObjectRefe
 	return &c.Spec.VolumeSnapshotRef
 }
 
-func (*snapshotKind) policy(c *snapshotv1.VolumeSnapshotContent) snapshotv1.DeletionPolicy {
-	return c.Spec.DeletionPolicy
-}
-
-func (*snapshotKind) driver(c *snapshotv1.VolumeSnapshotContent) string { return c.Spec.Driver }
-
-func (*snapshotKind) reported(c *snapshotv1.VolumeSnapshotContent) bool { return c.Status != nil }
-
-func (*snapshotKind) member(c *snapshotv1.VolumeSnapshotContent) bool {
-	return c.Annotations[protocol.AnnGroupSnapshotHandle] != ""
+func (*snapshotKind) info(c *snapshotv1.VolumeSnapshotContent) contentInfo {
+	return contentInfo{policy: c.Spec.DeletionPolicy, driver: c.Spec.Driver, reported: c.Status != nil,
+		member: c.Annotations[protocol.AnnGroupSnapshotHandle] != ""}
 }
 
 func (*snapshotKind) bound(context.Context, *snapshotv1.VolumeSnapshot, *snapshotv1.VolumeSnapshotContent) (bool, error) {

@@ -62,7 +62,8 @@ func tallyOf[S kube.Object[S], C kube.Object[C]](r *reconciler[S, C], now time.T
 		if driver == "" {
 			driver = metrics.DriverUnknown
 		}
-		t.add(driver, s, r.kind.ready(s), r.kind.statusError(s) != nil, now)
+		st := r.kind.state(s)
+		t.add(driver, s, st.ready, st.err != nil, now)
 	}
 	return t
 }
