@@ -207,12 +207,20 @@ func controllerState(h holder) string {
 
 // explain applies the chain rules.
 func explain(c *chain) verdict {
-	for _, r := range chainRules {
-		if v, ok := r(c); ok {
-			return v
-		}
+	if v, ok := firstVerdict(chainRules, c); ok {
+		return v
 	}
 	return verdict{RuleWaitingForController, c.controllerWait()}
+}
+
+// firstVerdict is the verdict of the first of rules that applies to x.
+func firstVerdict[T any, R ~func(T) (verdict, bool)](rules []R, x T) (verdict, bool) {
+	for _, r := range rules {
+		if v, ok := r(x); ok {
+			return v, true
+		}
+	}
+	return verdict{}, false
 }
 
 type groupRule func(*groupChain) (verdict, bool)
@@ -285,10 +293,8 @@ func (g *groupChain) waitsForSidecar() (verdict, bool) {
 }
 
 func explainGroup(g *groupChain) verdict {
-	for _, r := range groupRules {
-		if v, ok := r(g); ok {
-			return v
-		}
+	if v, ok := firstVerdict(groupRules, g); ok {
+		return v
 	}
 	var what string
 	switch {
