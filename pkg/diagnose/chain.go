@@ -100,21 +100,38 @@ func (s *store) completeChain(ctx context.Context, c *chain) error {
 		c.driver = c.volume.Spec.CSI.Driver
 	}
 	if c.className == "" && c.content == nil && c.driver != "" {
-		classes, err := s.classes.List(ctx, allNamespaces)
-		if err != nil {
+		if c.defaults, err = defaultClasses(ctx, s.classes, c.driver, protocol.AnnDefaultClass,
+			func(class *snapshotv1.VolumeSnapshotClass) string { return class.Driver }); err != nil {
 			return err
 		}
-		for _, class := range classes {
-			if class.Driver == c.driver && class.Annotations[protocol.AnnDefaultClass] == "true" {
-				c.defaults = append(c.defaults, class)
-			}
+	}
+	c.sidecar, c.controller = s.components(ctx, c.driver)
+	return nil
+}
+
+// defaultClasses returns the classes of driver marked default with annotation ann; driverOf is
+// a class's driver.
+func defaultClasses[T metav1.Object](ctx context.Context, classes *objects[T], driver, ann string, driverOf func(T) string) ([]T, error) {
+	all, err := classes.List(ctx, allNamespaces)
+	if err != nil {
+		return nil, err
+	}
+	var defaults []T
+	for _, class := range all {
+		if driverOf(class) == driver && class.GetAnnotations()[ann] == "true" {
+			defaults = append(defaults, class)
 		}
 	}
-	if c.driver != "" {
-		c.sidecar = s.freshest(ctx, protocol.SidecarLeaseNames(c.driver)...)
+	return defaults, nil
+}
+
+// components are the states of the Leases of driver's sidecar (unknown without a driver) and of
+// the snapshot-controller.
+func (s *store) components(ctx context.Context, driver string) (sidecar, controller holder) {
+	if driver != "" {
+		sidecar = s.freshest(ctx, protocol.SidecarLeaseNames(driver)...)
 	}
-	c.controller = s.freshest(ctx, protocol.ControllerLeaseName)
-	return nil
+	return sidecar, s.freshest(ctx, protocol.ControllerLeaseName)
 }
 
 // restoringFrom returns the claims of vs's namespace that are being restored from vs and are not
@@ -256,20 +273,12 @@ func (s *store) completeGroup(ctx context.Context, g *groupChain) error {
 		}
 	}
 	if g.className == "" && g.content == nil && g.driver != "" {
-		classes, err := s.groupClasses.List(ctx, allNamespaces)
-		if err != nil {
+		if g.defaults, err = defaultClasses(ctx, s.groupClasses, g.driver, protocol.AnnGroupDefaultClass,
+			func(class *groupv1.VolumeGroupSnapshotClass) string { return class.Driver }); err != nil {
 			return err
 		}
-		for _, class := range classes {
-			if class.Driver == g.driver && class.Annotations[protocol.AnnGroupDefaultClass] == "true" {
-				g.defaults = append(g.defaults, class)
-			}
-		}
 	}
-	if g.driver != "" {
-		g.sidecar = s.freshest(ctx, protocol.SidecarLeaseNames(g.driver)...)
-	}
-	g.controller = s.freshest(ctx, protocol.ControllerLeaseName)
+	g.sidecar, g.controller = s.components(ctx, g.driver)
 	return nil
 }
 

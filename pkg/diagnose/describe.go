@@ -34,42 +34,48 @@ func describe(ctx context.Context, s *store, opts Options, namespace, kind, name
 func diagnoseOne(ctx context.Context, s *store, namespace, kind, name string) (*Diagnosis, error) {
 	switch kind {
 	case "snapshot", "snapshots", "vs", "volumesnapshot", "volumesnapshots":
-		vs, ok, err := s.snapshots.Get(ctx, namespace, name)
-		if err != nil || !ok {
-			return nil, notFound(err, "VolumeSnapshot", namespace, name)
-		}
-		c, err := s.snapshotChain(ctx, vs)
-		if err != nil {
-			return nil, err
-		}
-		return s.chainDiagnosis("VolumeSnapshot", vs, snapshotPhase(vs), c), nil
+		return diagnoseWith(ctx, s, s.snapshots, "VolumeSnapshot", namespace, name, snapshotPhase, s.snapshotChain)
 	case "content", "contents", "vsc", "volumesnapshotcontent", "volumesnapshotcontents":
-		content, ok, err := s.contents.Get(ctx, "", name)
-		if err != nil || !ok {
-			return nil, notFound(err, "VolumeSnapshotContent", "", name)
-		}
-		c, err := s.contentChain(ctx, content)
-		if err != nil {
-			return nil, err
-		}
-		return s.chainDiagnosis("VolumeSnapshotContent", content, contentPhase(content), c), nil
+		return diagnoseWith(ctx, s, s.contents, "VolumeSnapshotContent", "", name, contentPhase, s.contentChain)
 	case "group", "groups", "vgs", "volumegroupsnapshot", "volumegroupsnapshots":
-		vgs, ok, err := s.groups.Get(ctx, namespace, name)
-		if err != nil || !ok {
-			return nil, notFound(err, "VolumeGroupSnapshot", namespace, name)
-		}
-		g, err := s.groupSnapshotChain(ctx, vgs)
-		if err != nil {
-			return nil, err
-		}
-		item := s.newItem("VolumeGroupSnapshot", vgs, groupPhase(vgs), g.driver, explainGroup(g))
-		return &Diagnosis{Item: item, Tree: g.tree()}, nil
+		return diagnoseWith(ctx, s, s.groups, "VolumeGroupSnapshot", namespace, name, groupPhase, s.groupSnapshotChain)
 	}
 	return nil, fmt.Errorf("unknown kind %q: snapshot, content or group", kind)
 }
 
-func (s *store) chainDiagnosis(kind string, obj metav1.Object, phase string, c *chain) *Diagnosis {
-	return &Diagnosis{Item: s.newItem(kind, obj, phase, c.driver, explain(c)), Tree: c.tree()}
+// explainer is a gathered chain: it explains its object's state, names its driver and shows
+// itself as a tree.
+type explainer interface {
+	why() (verdict, string)
+	tree() *Node
+}
+
+func (c *chain) why() (verdict, string)      { return explain(c), c.driver }
+func (g *groupChain) why() (verdict, string) { return explainGroup(g), g.driver }
+
+// diagnoseWith reads the object of kind from objs and explains it through the chain that
+// gather builds.
+func diagnoseWith[T metav1.Object, C explainer](ctx context.Context, s *store, objs *objects[T], kind, namespace, name string,
+	phase func(T) string, gather func(context.Context, T) (C, error)) (*Diagnosis, error) {
+	obj, ok, err := objs.Get(ctx, namespace, name)
+	if err != nil || !ok {
+		return nil, notFound(err, kind, namespace, name)
+	}
+	c, err := gather(ctx, obj)
+	if err != nil {
+		return nil, err
+	}
+	v, driver := c.why()
+	return &Diagnosis{Item: s.newItem(kind, obj, phase(obj), driver, v), Tree: c.tree()}, nil
+}
+
+// explained is the verdict on c and its driver, or err when c could not be gathered.
+func explained(c explainer, err error) (verdict, string, error) {
+	if err != nil {
+		return verdict{}, "", err
+	}
+	v, driver := c.why()
+	return v, driver, nil
 }
 
 func (s *store) newItem(kind string, obj metav1.Object, phase, driver string, v verdict) Item {

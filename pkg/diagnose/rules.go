@@ -131,22 +131,26 @@ func (c *chain) waitsForSidecar() (verdict, bool) {
 	if !deleting && !creating {
 		return verdict{}, false
 	}
-	who := "csi-snapshotter of driver " + content.Spec.Driver
-	if down, ok := sidecarDown(content.Spec.Driver, c.sidecar); ok {
-		return verdict{RuleNoSidecar, "waiting for " + who + ": " + down}, true
+	deleteWait := "delete backend snapshot " + orNone(contentHandle(content))
+	createWait := "the backend snapshot is not ready yet"
+	if content.Annotations[protocol.AnnBeingCreated] != "" {
+		deleteWait += " (a CreateSnapshot may still be running: being-created is set)"
+		createWait = "CreateSnapshot is in progress"
+	}
+	return sidecarWait(content.Spec.Driver, c.sidecar, deleting, deleteWait, createWait), true
+}
+
+// sidecarWait explains a content of driver that waits for the driver's sidecar (whose Lease is
+// h): to deleteWait when it is deleting, else because createWait.
+func sidecarWait(driver string, h holder, deleting bool, deleteWait, createWait string) verdict {
+	who := "csi-snapshotter of driver " + driver
+	if down, ok := sidecarDown(driver, h); ok {
+		return verdict{RuleNoSidecar, "waiting for " + who + ": " + down}
 	}
 	if deleting {
-		what := fmt.Sprintf("deletion waits for %s to delete backend snapshot %s", who, orNone(contentHandle(content)))
-		if content.Annotations[protocol.AnnBeingCreated] != "" {
-			what += " (a CreateSnapshot may still be running: being-created is set)"
-		}
-		return verdict{RuleSidecarDeleting, what + sidecarUp(c.sidecar)}, true
+		return verdict{RuleSidecarDeleting, "deletion waits for " + who + " to " + deleteWait + sidecarUp(h)}
 	}
-	what := "the backend snapshot is not ready yet"
-	if content.Annotations[protocol.AnnBeingCreated] != "" {
-		what = "CreateSnapshot is in progress"
-	}
-	return verdict{RuleSidecarWorking, "waiting for " + who + ": " + what + sidecarUp(c.sidecar)}, true
+	return verdict{RuleSidecarWorking, "waiting for " + who + ": " + createWait + sidecarUp(h)}
 }
 
 // controllerWait says what the snapshot-controller has still to do for the chain.
@@ -203,12 +207,20 @@ func controllerState(h holder) string {
 
 // explain applies the chain rules.
 func explain(c *chain) verdict {
-	for _, r := range chainRules {
-		if v, ok := r(c); ok {
-			return v
-		}
+	if v, ok := firstVerdict(chainRules, c); ok {
+		return v
 	}
 	return verdict{RuleWaitingForController, c.controllerWait()}
+}
+
+// firstVerdict is the verdict of the first of rules that applies to x.
+func firstVerdict[T any, R ~func(T) (verdict, bool)](rules []R, x T) (verdict, bool) {
+	for _, r := range rules {
+		if v, ok := r(x); ok {
+			return v, true
+		}
+	}
+	return verdict{}, false
 }
 
 type groupRule func(*groupChain) (verdict, bool)
@@ -276,22 +288,13 @@ func (g *groupChain) waitsForSidecar() (verdict, bool) {
 	if !deleting && !creating {
 		return verdict{}, false
 	}
-	who := "csi-snapshotter of driver " + content.Spec.Driver
-	if down, ok := sidecarDown(content.Spec.Driver, g.sidecar); ok {
-		return verdict{RuleNoSidecar, "waiting for " + who + ": " + down}, true
-	}
-	if deleting {
-		return verdict{RuleSidecarDeleting, fmt.Sprintf("deletion waits for %s to delete backend group snapshot %s%s",
-			who, orNone(groupHandle(content)), sidecarUp(g.sidecar))}, true
-	}
-	return verdict{RuleSidecarWorking, "waiting for " + who + ": the backend group snapshot is not ready yet" + sidecarUp(g.sidecar)}, true
+	return sidecarWait(content.Spec.Driver, g.sidecar, deleting, "delete backend group snapshot "+orNone(groupHandle(content)),
+		"the backend group snapshot is not ready yet"), true
 }
 
 func explainGroup(g *groupChain) verdict {
-	for _, r := range groupRules {
-		if v, ok := r(g); ok {
-			return v
-		}
+	if v, ok := firstVerdict(groupRules, g); ok {
+		return v
 	}
 	var what string
 	switch {

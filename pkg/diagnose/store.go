@@ -100,71 +100,53 @@ type store struct {
 
 func newStore(kube kubernetes.Interface, snap clientset.Interface, now time.Time) *store {
 	s := &store{kube: kube, snap: snap, now: now}
-	v1 := snap.SnapshotV1()
-	g1 := snap.GroupsnapshotV1()
-	core := kube.CoreV1()
-	s.snapshots = newObjects(func(ctx context.Context, ns, name string) (*snapshotv1.VolumeSnapshot, error) {
-		return v1.VolumeSnapshots(ns).Get(ctx, name, metav1.GetOptions{})
-	}, func(ctx context.Context, ns string) ([]*snapshotv1.VolumeSnapshot, error) {
-		l, err := v1.VolumeSnapshots(ns).List(ctx, metav1.ListOptions{})
-		return ptrs(l, err, func(l *snapshotv1.VolumeSnapshotList) []snapshotv1.VolumeSnapshot { return l.Items })
-	})
-	s.contents = newObjects(func(ctx context.Context, _, name string) (*snapshotv1.VolumeSnapshotContent, error) {
-		return v1.VolumeSnapshotContents().Get(ctx, name, metav1.GetOptions{})
-	}, func(ctx context.Context, _ string) ([]*snapshotv1.VolumeSnapshotContent, error) {
-		l, err := v1.VolumeSnapshotContents().List(ctx, metav1.ListOptions{})
-		return ptrs(l, err, func(l *snapshotv1.VolumeSnapshotContentList) []snapshotv1.VolumeSnapshotContent { return l.Items })
-	})
-	s.classes = newObjects(func(ctx context.Context, _, name string) (*snapshotv1.VolumeSnapshotClass, error) {
-		return v1.VolumeSnapshotClasses().Get(ctx, name, metav1.GetOptions{})
-	}, func(ctx context.Context, _ string) ([]*snapshotv1.VolumeSnapshotClass, error) {
-		l, err := v1.VolumeSnapshotClasses().List(ctx, metav1.ListOptions{})
-		return ptrs(l, err, func(l *snapshotv1.VolumeSnapshotClassList) []snapshotv1.VolumeSnapshotClass { return l.Items })
-	})
-	s.groups = newObjects(func(ctx context.Context, ns, name string) (*groupv1.VolumeGroupSnapshot, error) {
-		return g1.VolumeGroupSnapshots(ns).Get(ctx, name, metav1.GetOptions{})
-	}, func(ctx context.Context, ns string) ([]*groupv1.VolumeGroupSnapshot, error) {
-		l, err := g1.VolumeGroupSnapshots(ns).List(ctx, metav1.ListOptions{})
-		return ptrs(l, err, func(l *groupv1.VolumeGroupSnapshotList) []groupv1.VolumeGroupSnapshot { return l.Items })
-	})
-	s.groupContents = newObjects(func(ctx context.Context, _, name string) (*groupv1.VolumeGroupSnapshotContent, error) {
-		return g1.VolumeGroupSnapshotContents().Get(ctx, name, metav1.GetOptions{})
-	}, func(ctx context.Context, _ string) ([]*groupv1.VolumeGroupSnapshotContent, error) {
-		l, err := g1.VolumeGroupSnapshotContents().List(ctx, metav1.ListOptions{})
-		return ptrs(l, err, func(l *groupv1.VolumeGroupSnapshotContentList) []groupv1.VolumeGroupSnapshotContent { return l.Items })
-	})
-	s.groupClasses = newObjects(func(ctx context.Context, _, name string) (*groupv1.VolumeGroupSnapshotClass, error) {
-		return g1.VolumeGroupSnapshotClasses().Get(ctx, name, metav1.GetOptions{})
-	}, func(ctx context.Context, _ string) ([]*groupv1.VolumeGroupSnapshotClass, error) {
-		l, err := g1.VolumeGroupSnapshotClasses().List(ctx, metav1.ListOptions{})
-		return ptrs(l, err, func(l *groupv1.VolumeGroupSnapshotClassList) []groupv1.VolumeGroupSnapshotClass { return l.Items })
-	})
-	s.claims = newObjects(func(ctx context.Context, ns, name string) (*corev1.PersistentVolumeClaim, error) {
-		return core.PersistentVolumeClaims(ns).Get(ctx, name, metav1.GetOptions{})
-	}, func(ctx context.Context, ns string) ([]*corev1.PersistentVolumeClaim, error) {
-		l, err := core.PersistentVolumeClaims(ns).List(ctx, metav1.ListOptions{})
-		return ptrs(l, err, func(l *corev1.PersistentVolumeClaimList) []corev1.PersistentVolumeClaim { return l.Items })
-	})
-	s.volumes = newObjects(func(ctx context.Context, _, name string) (*corev1.PersistentVolume, error) {
-		return core.PersistentVolumes().Get(ctx, name, metav1.GetOptions{})
-	}, func(ctx context.Context, _ string) ([]*corev1.PersistentVolume, error) {
-		l, err := core.PersistentVolumes().List(ctx, metav1.ListOptions{})
-		return ptrs(l, err, func(l *corev1.PersistentVolumeList) []corev1.PersistentVolume { return l.Items })
-	})
+	v1, g1, core := snap.SnapshotV1(), snap.GroupsnapshotV1(), kube.CoreV1()
+	s.snapshots = objectsOf(v1.VolumeSnapshots, func(l *snapshotv1.VolumeSnapshotList) []snapshotv1.VolumeSnapshot { return l.Items })
+	s.contents = objectsOf(clusterScoped(v1.VolumeSnapshotContents),
+		func(l *snapshotv1.VolumeSnapshotContentList) []snapshotv1.VolumeSnapshotContent { return l.Items })
+	s.classes = objectsOf(clusterScoped(v1.VolumeSnapshotClasses),
+		func(l *snapshotv1.VolumeSnapshotClassList) []snapshotv1.VolumeSnapshotClass { return l.Items })
+	s.groups = objectsOf(g1.VolumeGroupSnapshots, func(l *groupv1.VolumeGroupSnapshotList) []groupv1.VolumeGroupSnapshot { return l.Items })
+	s.groupContents = objectsOf(clusterScoped(g1.VolumeGroupSnapshotContents),
+		func(l *groupv1.VolumeGroupSnapshotContentList) []groupv1.VolumeGroupSnapshotContent { return l.Items })
+	s.groupClasses = objectsOf(clusterScoped(g1.VolumeGroupSnapshotClasses),
+		func(l *groupv1.VolumeGroupSnapshotClassList) []groupv1.VolumeGroupSnapshotClass { return l.Items })
+	s.claims = objectsOf(core.PersistentVolumeClaims, func(l *corev1.PersistentVolumeClaimList) []corev1.PersistentVolumeClaim { return l.Items })
+	s.volumes = objectsOf(clusterScoped(core.PersistentVolumes), func(l *corev1.PersistentVolumeList) []corev1.PersistentVolume { return l.Items })
 	return s
 }
 
-// ptrs turns a list's items into pointers.
-func ptrs[L any, T any](list L, err error, items func(L) []T) ([]*T, error) {
-	if err != nil {
-		return nil, err
-	}
-	all := items(list)
-	out := make([]*T, len(all))
-	for i := range all {
-		out[i] = &all[i]
-	}
-	return out, nil
+// typedClient is the part of a generated typed client the store reads with.
+type typedClient[T, L any] interface {
+	Get(ctx context.Context, name string, opts metav1.GetOptions) (T, error)
+	List(ctx context.Context, opts metav1.ListOptions) (L, error)
+}
+
+// objectsOf reads objects of type T through client, the typed client of a namespace; items
+// returns a list's items.
+func objectsOf[T any, PT interface {
+	*T
+	metav1.Object
+}, L any, C typedClient[PT, L]](client func(namespace string) C, items func(L) []T) *objects[PT] {
+	return newObjects(func(ctx context.Context, namespace, name string) (PT, error) {
+		return client(namespace).Get(ctx, name, metav1.GetOptions{})
+	}, func(ctx context.Context, namespace string) ([]PT, error) {
+		list, err := client(namespace).List(ctx, metav1.ListOptions{})
+		if err != nil {
+			return nil, err
+		}
+		all := items(list)
+		out := make([]PT, len(all))
+		for i := range all {
+			out[i] = &all[i]
+		}
+		return out, nil
+	})
+}
+
+// clusterScoped is the typed client of a cluster-scoped kind in the shape of a namespaced one's.
+func clusterScoped[C any](client func() C) func(string) C {
+	return func(string) C { return client() }
 }
 
 // leaseIn returns the Leases named name in any namespace. Leases are listed once, outside

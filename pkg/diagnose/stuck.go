@@ -94,11 +94,7 @@ func findStuck(ctx context.Context, s *store, namespace string, threshold time.D
 			continue
 		}
 		if err := add("VolumeSnapshot", vs, snapshotPhase(vs), func() (verdict, string, error) {
-			c, err := s.snapshotChain(ctx, vs)
-			if err != nil {
-				return verdict{}, "", err
-			}
-			return explain(c), c.driver, nil
+			return explained(s.snapshotChain(ctx, vs))
 		}); err != nil {
 			return nil, err
 		}
@@ -109,11 +105,7 @@ func findStuck(ctx context.Context, s *store, namespace string, threshold time.D
 			continue
 		}
 		if err := add("VolumeSnapshotContent", content, contentPhase(content), func() (verdict, string, error) {
-			c, err := s.contentChain(ctx, content)
-			if err != nil {
-				return verdict{}, "", err
-			}
-			return explain(c), c.driver, nil
+			return explained(s.contentChain(ctx, content))
 		}); err != nil {
 			return nil, err
 		}
@@ -131,11 +123,7 @@ func (s *store) stuckGroups(ctx context.Context, namespace string, add addFunc) 
 	groups, _ := s.groups.List(ctx, namespace)
 	for _, vgs := range groups {
 		if err := add("VolumeGroupSnapshot", vgs, groupPhase(vgs), func() (verdict, string, error) {
-			g, err := s.groupSnapshotChain(ctx, vgs)
-			if err != nil {
-				return verdict{}, "", err
-			}
-			return explainGroup(g), g.driver, nil
+			return explained(s.groupSnapshotChain(ctx, vgs))
 		}); err != nil {
 			return err
 		}
@@ -164,11 +152,7 @@ func (s *store) explainGroupContent(ctx context.Context, content *groupv1.Volume
 		return verdict{}, "", err
 	}
 	if vgs != nil && (ref.UID == "" || ref.UID == vgs.UID) {
-		g, err := s.groupSnapshotChain(ctx, vgs)
-		if err != nil {
-			return verdict{}, "", err
-		}
-		return explainGroup(g), g.driver, nil
+		return explained(s.groupSnapshotChain(ctx, vgs))
 	}
 	g := &groupChain{content: content, contentName: content.Name}
 	if content.Spec.VolumeGroupSnapshotClassName != nil {

@@ -42,15 +42,28 @@ type volumeSnapshots struct {
 
 func (k volumeSnapshots) list(s *schedulev1alpha1.SnapshotSchedule) ([]Item, error) {
 	vss, err := k.lister.VolumeSnapshots(s.Namespace).List(scheduleSelector(s))
+	return owned(s, vss, err, func(vs *snapshotv1.VolumeSnapshot) (Item, bool) {
+		if vs.Spec.Source.PersistentVolumeClaimName == nil {
+			return Item{}, false
+		}
+		return item(vs, *vs.Spec.Source.PersistentVolumeClaimName, snapshotState(vs.Status)), true
+	})
+}
+
+// owned turns the objects the schedule owns and that are not being deleted into items; toItem
+// leaves one out by returning false. err is the listing's.
+func owned[T metav1.Object](s *schedulev1alpha1.SnapshotSchedule, objs []T, err error, toItem func(T) (Item, bool)) ([]Item, error) {
 	if err != nil {
 		return nil, err
 	}
 	var items []Item
-	for _, vs := range vss {
-		if vs.DeletionTimestamp != nil || !ownedBy(vs, s) || vs.Spec.Source.PersistentVolumeClaimName == nil {
+	for _, obj := range objs {
+		if obj.GetDeletionTimestamp() != nil || !ownedBy(obj, s) {
 			continue
 		}
-		items = append(items, item(vs, *vs.Spec.Source.PersistentVolumeClaimName, snapshotState(vs.Status)))
+		if it, ok := toItem(obj); ok {
+			items = append(items, it)
+		}
 	}
 	return items, nil
 }
@@ -79,14 +92,8 @@ func (k volumeSnapshots) create(ctx context.Context, s *schedulev1alpha1.Snapsho
 		if tpl := s.Spec.SnapshotTemplate; tpl != nil {
 			vs.Spec.VolumeSnapshotClassName = tpl.VolumeSnapshotClassName
 		}
-		_, err := k.client.SnapshotV1().VolumeSnapshots(s.Namespace).Create(ctx, vs, metav1.CreateOptions{})
-		if apierrors.IsAlreadyExists(err) {
-			err = taken(ctx, s, vs.Name, func(ctx context.Context) (metav1.Object, error) {
-				return k.client.SnapshotV1().VolumeSnapshots(s.Namespace).Get(ctx, vs.Name, metav1.GetOptions{})
-			})
-		}
-		if err != nil {
-			return made, fmt.Errorf("create VolumeSnapshot %s: %w", vs.Name, err)
+		if err := createRun(ctx, s, k.client.SnapshotV1().VolumeSnapshots(s.Namespace), "VolumeSnapshot", vs); err != nil {
+			return made, err
 		}
 		made = append(made, Item{Name: vs.Name, Series: pvc.Name, Time: t, State: Pending})
 	}
@@ -106,21 +113,13 @@ type volumeGroupSnapshots struct {
 
 func (k volumeGroupSnapshots) list(s *schedulev1alpha1.SnapshotSchedule) ([]Item, error) {
 	vgss, err := k.lister.VolumeGroupSnapshots(s.Namespace).List(scheduleSelector(s))
-	if err != nil {
-		return nil, err
-	}
-	var items []Item
-	for _, vgs := range vgss {
-		if vgs.DeletionTimestamp != nil || !ownedBy(vgs, s) {
-			continue
-		}
+	return owned(s, vgss, err, func(vgs *groupv1.VolumeGroupSnapshot) (Item, bool) {
 		state := Pending
 		if st := vgs.Status; st != nil {
 			state = snapshotState(&snapshotv1.VolumeSnapshotStatus{ReadyToUse: st.ReadyToUse, Error: st.Error})
 		}
-		items = append(items, item(vgs, "", state))
-	}
-	return items, nil
+		return item(vgs, "", state), true
+	})
 }
 
 func (k volumeGroupSnapshots) create(ctx context.Context, s *schedulev1alpha1.SnapshotSchedule, _ []*corev1.PersistentVolumeClaim, t time.Time) ([]Item, error) {
@@ -133,14 +132,8 @@ func (k volumeGroupSnapshots) create(ctx context.Context, s *schedulev1alpha1.Sn
 	if tpl := s.Spec.SnapshotTemplate; tpl != nil {
 		vgs.Spec.VolumeGroupSnapshotClassName = tpl.VolumeGroupSnapshotClassName
 	}
-	_, err := k.client.GroupsnapshotV1().VolumeGroupSnapshots(s.Namespace).Create(ctx, vgs, metav1.CreateOptions{})
-	if apierrors.IsAlreadyExists(err) {
-		err = taken(ctx, s, vgs.Name, func(ctx context.Context) (metav1.Object, error) {
-			return k.client.GroupsnapshotV1().VolumeGroupSnapshots(s.Namespace).Get(ctx, vgs.Name, metav1.GetOptions{})
-		})
-	}
-	if err != nil {
-		return nil, fmt.Errorf("create VolumeGroupSnapshot %s: %w", vgs.Name, err)
+	if err := createRun(ctx, s, k.client.GroupsnapshotV1().VolumeGroupSnapshots(s.Namespace), "VolumeGroupSnapshot", vgs); err != nil {
+		return nil, err
 	}
 	return []Item{{Name: vgs.Name, Time: t, State: Pending}}, nil
 }
@@ -171,15 +164,25 @@ func objectMeta(s *schedulev1alpha1.SnapshotSchedule, name string, t time.Time) 
 	return meta
 }
 
-// taken checks that the object in the way of a create is this schedule's: the run was taken
-// before. An object of another owner is a name clash the user must resolve.
-func taken(ctx context.Context, s *schedulev1alpha1.SnapshotSchedule, name string, get func(context.Context) (metav1.Object, error)) error {
-	obj, err := get(ctx)
-	if err != nil {
-		return err
+// runClient is the part of a generated typed client that takes a run.
+type runClient[T any] interface {
+	Create(ctx context.Context, obj T, opts metav1.CreateOptions) (T, error)
+	Get(ctx context.Context, name string, opts metav1.GetOptions) (T, error)
+}
+
+// createRun creates obj, a snapshot of kind that the run takes, through client. An object of
+// that name that is this schedule's is the run taken before; one of another owner is a name
+// clash the user must resolve.
+func createRun[T metav1.Object](ctx context.Context, s *schedulev1alpha1.SnapshotSchedule, client runClient[T], kind string, obj T) error {
+	_, err := client.Create(ctx, obj, metav1.CreateOptions{})
+	if apierrors.IsAlreadyExists(err) {
+		var found T
+		if found, err = client.Get(ctx, obj.GetName(), metav1.GetOptions{}); err == nil && !ownedBy(found, s) {
+			err = fmt.Errorf("%w: %s exists and does not belong to this schedule", errNameTaken, obj.GetName())
+		}
 	}
-	if !ownedBy(obj, s) {
-		return fmt.Errorf("%w: %s exists and does not belong to this schedule", errNameTaken, name)
+	if err != nil {
+		return fmt.Errorf("create %s %s: %w", kind, obj.GetName(), err)
 	}
 	return nil
 }

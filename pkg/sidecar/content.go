@@ -4,14 +4,11 @@ import (
 	"context"
 	"fmt"
 
-	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/ptr"
 
 	snapshotv1 "github.com/shutter-csi/shutter/client/apis/volumesnapshot/v1"
-	clientset "github.com/shutter-csi/shutter/client/clientset/versioned"
 	listers "github.com/shutter-csi/shutter/client/listers/volumesnapshot/v1"
 	"github.com/shutter-csi/shutter/pkg/csi"
-	"github.com/shutter-csi/shutter/pkg/kube"
 	"github.com/shutter-csi/shutter/pkg/protocol"
 )
 
@@ -19,10 +16,8 @@ type content = *snapshotv1.VolumeSnapshotContent
 
 // contentKind adapts VolumeSnapshotContent and the single-snapshot CSI calls.
 type contentKind struct {
-	client   clientset.Interface
-	contents listers.VolumeSnapshotContentLister
-	classes  listers.VolumeSnapshotClassLister
-	csi      csi.Client
+	classes listers.VolumeSnapshotClassLister
+	csi     csi.Client
 }
 
 var contentKeys = kindKeys{
@@ -38,37 +33,17 @@ var contentKeys = kindKeys{
 
 func (contentKind) keys() kindKeys { return contentKeys }
 
-func (k contentKind) get(name string) (content, error) { return k.contents.Get(name) }
-
-func (k contentKind) writeClient(string) kube.Client[content] {
-	return k.client.SnapshotV1().VolumeSnapshotContents()
+func (contentKind) spec(c content) spec {
+	_, member := c.Annotations[protocol.AnnGroupSnapshotHandle]
+	return spec{driver: c.Spec.Driver, member: member, dynamic: c.Spec.Source.VolumeHandle != nil,
+		refUID: c.Spec.VolumeSnapshotRef.UID, policy: c.Spec.DeletionPolicy, handle: ptr.Deref(c.Spec.Source.SnapshotHandle, "")}
 }
-
-func (contentKind) driver(c content) string { return c.Spec.Driver }
-
-func (contentKind) member(c content) bool {
-	_, ok := c.Annotations[protocol.AnnGroupSnapshotHandle]
-	return ok
-}
-
-func (contentKind) dynamic(c content) bool { return c.Spec.Source.VolumeHandle != nil }
-
-func (contentKind) refUID(c content) types.UID { return c.Spec.VolumeSnapshotRef.UID }
-
-func (contentKind) policy(c content) snapshotv1.DeletionPolicy { return c.Spec.DeletionPolicy }
 
 func (contentKind) state(c content) state {
 	if c.Status == nil {
 		return state{}
 	}
 	return stateOf(c.Status.SnapshotHandle, c.Status.ReadyToUse, c.Status.Error)
-}
-
-func (contentKind) deletable(c content) string {
-	if c.Status != nil {
-		return ptr.Deref(c.Status.SnapshotHandle, "")
-	}
-	return ptr.Deref(c.Spec.Source.SnapshotHandle, "")
 }
 
 func (k contentKind) class(c content) (map[string]string, error) {

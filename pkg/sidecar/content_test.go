@@ -69,6 +69,19 @@ func hasError(substr string, creating bool) func(*testing.T, content, *fixture) 
 	}
 }
 
+// stillCreating: the create's outcome is unknown, so being-created stays and no status is written.
+func stillCreating(t *testing.T, got content, _ *fixture) {
+	t.Helper()
+	if got.Annotations[protocol.AnnBeingCreated] != "yes" || got.Status != nil {
+		t.Errorf("got %+v", got)
+	}
+}
+
+// failCreate makes the driver answer the next CreateSnapshot with code.
+func failCreate(code codes.Code, msg string) func(*csitest.Fake) {
+	return func(d *csitest.Fake) { d.Errors["CreateSnapshot"] = []error{status.Error(code, msg)} }
+}
+
 func released(t *testing.T, got content, _ *fixture) {
 	t.Helper()
 	if slices.Contains(got.Finalizers, protocol.ContentBoundFinalizer) {
@@ -121,31 +134,17 @@ func TestContentTransitions(t *testing.T) {
 		{name: "dynamic: unbound is final", content: newContent(name, unbound), objs: []runtime.Object{defaultClass},
 			wantRoute: "final", wantPatches: []string{"status"}, wantEvent: reasonInputError, check: hasError("not bound", false)},
 		{name: "dynamic: final driver error", content: newContent(name), objs: []runtime.Object{defaultClass},
-			driver: func(d *csitest.Fake) {
-				d.Errors["CreateSnapshot"] = []error{status.Error(codes.InvalidArgument, "bad tier")}
-			},
+			driver:    failCreate(codes.InvalidArgument, "bad tier"),
 			wantRoute: "final", wantCalls: []string{"CreateSnapshot"}, wantPatches: []string{"", "status", ""}, wantEvent: reasonCreateFailed,
 			check: hasError("bad tier", false)},
 		{name: "dynamic: timeout keeps being-created", content: newContent(name), objs: []runtime.Object{defaultClass},
-			driver: func(d *csitest.Fake) {
-				d.Errors["CreateSnapshot"] = []error{status.Error(codes.DeadlineExceeded, "slow")}
-			},
+			driver:    failCreate(codes.DeadlineExceeded, "slow"),
 			wantRoute: "retry", wantCalls: []string{"CreateSnapshot"}, wantPatches: []string{""},
-			check: func(t *testing.T, got content, _ *fixture) {
-				if got.Annotations[protocol.AnnBeingCreated] != "yes" || got.Status != nil {
-					t.Errorf("got %+v", got)
-				}
-			}},
+			check: stillCreating},
 		{name: "dynamic: busy driver keeps being-created and asks again soon", content: newContent(name), objs: []runtime.Object{defaultClass},
-			driver: func(d *csitest.Fake) {
-				d.Errors["CreateSnapshot"] = []error{status.Error(codes.Aborted, "volume busy")}
-			},
+			driver:    failCreate(codes.Aborted, "volume busy"),
 			wantRoute: "wait", wantCalls: []string{"CreateSnapshot"}, wantPatches: []string{""},
-			check: func(t *testing.T, got content, _ *fixture) {
-				if got.Annotations[protocol.AnnBeingCreated] != "yes" || got.Status != nil {
-					t.Errorf("got %+v", got)
-				}
-			}},
+			check: stillCreating},
 		{name: "dynamic: retry of a timed-out create", content: newContent(name, withAnn(protocol.AnnBeingCreated, "yes")),
 			objs: []runtime.Object{defaultClass}, wantRoute: "done", wantCalls: []string{"CreateSnapshot"},
 			wantPatches: []string{"status", ""}, check: hasStatus("snap-"+backendName, true)},

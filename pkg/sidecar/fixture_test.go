@@ -79,12 +79,10 @@ func newFixture(t *testing.T, cfg config, objs ...runtime.Object) *fixture {
 	}
 	cfg.uuidLength, cfg.retryStart, cfg.retryMax = -1, time.Second, 8*time.Second
 	m := newMetrics(prometheus.NewRegistry())
-	f.content = newReconciler[content](contentKind{client: f.client, csi: f.csi,
-		contents: listers.NewVolumeSnapshotContentLister(f.indexer), classes: listers.NewVolumeSnapshotClassLister(classes)},
-		cfg, f.kube, f.recorder, m)
-	f.group = newReconciler[groupContent](groupKind{client: f.client, csi: f.csi,
-		contents: grouplisters.NewVolumeGroupSnapshotContentLister(f.indexer), classes: grouplisters.NewVolumeGroupSnapshotClassLister(classes)},
-		cfg, f.kube, f.recorder, m)
+	f.content = newReconciler[content](contentKind{csi: f.csi, classes: listers.NewVolumeSnapshotClassLister(classes)},
+		listers.NewVolumeSnapshotContentLister(f.indexer), f.client.SnapshotV1().VolumeSnapshotContents(), cfg, f.kube, f.recorder, m)
+	f.group = newReconciler[groupContent](groupKind{csi: f.csi, classes: grouplisters.NewVolumeGroupSnapshotClassLister(classes)},
+		grouplisters.NewVolumeGroupSnapshotContentLister(f.indexer), f.client.GroupsnapshotV1().VolumeGroupSnapshotContents(), cfg, f.kube, f.recorder, m)
 	return f
 }
 

@@ -5,15 +5,11 @@ import (
 	"fmt"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/ptr"
 
 	groupv1 "github.com/shutter-csi/shutter/client/apis/volumegroupsnapshot/v1"
-	snapshotv1 "github.com/shutter-csi/shutter/client/apis/volumesnapshot/v1"
-	clientset "github.com/shutter-csi/shutter/client/clientset/versioned"
 	grouplisters "github.com/shutter-csi/shutter/client/listers/volumegroupsnapshot/v1"
 	"github.com/shutter-csi/shutter/pkg/csi"
-	"github.com/shutter-csi/shutter/pkg/kube"
 	"github.com/shutter-csi/shutter/pkg/protocol"
 )
 
@@ -21,10 +17,8 @@ type groupContent = *groupv1.VolumeGroupSnapshotContent
 
 // groupKind adapts VolumeGroupSnapshotContent and the group CSI calls.
 type groupKind struct {
-	client   clientset.Interface
-	contents grouplisters.VolumeGroupSnapshotContentLister
-	classes  grouplisters.VolumeGroupSnapshotClassLister
-	csi      csi.Client
+	classes grouplisters.VolumeGroupSnapshotClassLister
+	csi     csi.Client
 }
 
 var groupKeys = kindKeys{
@@ -40,37 +34,20 @@ var groupKeys = kindKeys{
 
 func (groupKind) keys() kindKeys { return groupKeys }
 
-func (k groupKind) get(name string) (groupContent, error) { return k.contents.Get(name) }
-
-func (k groupKind) writeClient(string) kube.Client[groupContent] {
-	return k.client.GroupsnapshotV1().VolumeGroupSnapshotContents()
+// spec: a group content is never a member; it is dynamic unless it names existing handles.
+func (groupKind) spec(g groupContent) spec {
+	s := spec{driver: g.Spec.Driver, dynamic: true, refUID: g.Spec.VolumeGroupSnapshotRef.UID, policy: g.Spec.DeletionPolicy}
+	if h := g.Spec.Source.GroupSnapshotHandles; h != nil {
+		s.dynamic, s.handle = false, h.VolumeGroupSnapshotHandle
+	}
+	return s
 }
-
-func (groupKind) driver(g groupContent) string { return g.Spec.Driver }
-
-func (groupKind) member(groupContent) bool { return false }
-
-func (groupKind) dynamic(g groupContent) bool { return g.Spec.Source.GroupSnapshotHandles == nil }
-
-func (groupKind) refUID(g groupContent) types.UID { return g.Spec.VolumeGroupSnapshotRef.UID }
-
-func (groupKind) policy(g groupContent) snapshotv1.DeletionPolicy { return g.Spec.DeletionPolicy }
 
 func (groupKind) state(g groupContent) state {
 	if g.Status == nil {
 		return state{}
 	}
 	return stateOf(g.Status.VolumeGroupSnapshotHandle, g.Status.ReadyToUse, g.Status.Error)
-}
-
-func (groupKind) deletable(g groupContent) string {
-	if g.Status != nil {
-		return ptr.Deref(g.Status.VolumeGroupSnapshotHandle, "")
-	}
-	if h := g.Spec.Source.GroupSnapshotHandles; h != nil {
-		return h.VolumeGroupSnapshotHandle
-	}
-	return ""
 }
 
 // memberHandles are the member snapshot ids of g, from status or from its pre-provisioned source.

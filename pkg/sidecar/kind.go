@@ -22,27 +22,9 @@ import (
 type kind[T kube.Object[T]] interface {
 	// keys are the protocol keys of this kind.
 	keys() kindKeys
-	// get reads the object from the informer's lister.
-	get(name string) (T, error)
-	// writeClient is the generated client of the kind; namespace is empty (contents are cluster-scoped).
-	writeClient(namespace string) kube.Client[T]
-
-	// driver is spec.driver.
-	driver(obj T) string
-	// member tells whether obj is a member of a group snapshot: no CSI call is ever made for it.
-	member(obj T) bool
-	// dynamic tells whether obj asks for a new backend snapshot (a volume source), as opposed
-	// to importing an existing one (a handle source).
-	dynamic(obj T) bool
-	// refUID is the uid of the bound (group) snapshot; empty while unbound.
-	refUID(obj T) types.UID
-	// policy is spec.deletionPolicy.
-	policy(obj T) snapshotv1.DeletionPolicy
-	// state is what status says.
+	// spec is what the spec (and the group annotation) says, state what status says.
+	spec(obj T) spec
 	state(obj T) state
-	// deletable is the backend handle that deletion must remove, "" for none: the status handle
-	// once status exists, else the handle a pre-provisioned object names.
-	deletable(obj T) string
 	// class returns the parameters of obj's class; nil when obj names no class.
 	class(obj T) (map[string]string, error)
 	// templates are the values secret templates may refer to.
@@ -63,8 +45,32 @@ type kind[T kube.Object[T]] interface {
 	withStatus(obj T) (T, statusFields)
 }
 
+// lister reads objects of one kind from an informer's cache: the generated listers of the
+// (cluster-scoped) content kinds have this shape.
+type lister[T any] interface {
+	Get(name string) (T, error)
+}
+
+// spec is what the reconciler reads of a spec.
+type spec struct {
+	driver string
+	// member tells whether the object is a member of a group snapshot: no CSI call is ever made
+	// for it.
+	member bool
+	// dynamic tells whether the object asks for a new backend snapshot (a volume source), as
+	// opposed to importing an existing one (a handle source).
+	dynamic bool
+	// refUID is the uid of the bound (group) snapshot; empty while unbound.
+	refUID types.UID
+	policy snapshotv1.DeletionPolicy
+	// handle is the backend handle a pre-provisioned object names, "" for none.
+	handle string
+}
+
 // state is what the reconciler reads of a status.
 type state struct {
+	// reported tells whether there is a status at all.
+	reported bool
 	// handle is the backend handle, "" before the snapshot is created.
 	handle string
 	ready  bool
@@ -74,7 +80,7 @@ type state struct {
 
 // stateOf reads the status fields both kinds have.
 func stateOf(handle *string, ready *bool, e *snapshotv1.VolumeSnapshotError) state {
-	s := state{handle: ptr.Deref(handle, ""), ready: ptr.Deref(ready, false)}
+	s := state{reported: true, handle: ptr.Deref(handle, ""), ready: ptr.Deref(ready, false)}
 	if e != nil {
 		s.message = ptr.Deref(e.Message, "")
 	}
@@ -86,6 +92,15 @@ type statusFields struct {
 	handle **string
 	ready  **bool
 	err    **snapshotv1.VolumeSnapshotError
+}
+
+// deletable is the backend handle that deleting obj must remove, "" for none: the status handle
+// once status exists, else the handle a pre-provisioned object names.
+func deletable[T kube.Object[T]](k kind[T], obj T) string {
+	if st := k.state(obj); st.reported {
+		return st.handle
+	}
+	return k.spec(obj).handle
 }
 
 // withError returns obj with status.error set to msg at now.

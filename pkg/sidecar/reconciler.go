@@ -50,6 +50,7 @@ type config struct {
 // reconciler reconciles the objects of one kind that belong to this sidecar's driver.
 type reconciler[T kube.Object[T]] struct {
 	kind     kind[T]
+	objects  lister[T]
 	cfg      config
 	kube     kubernetes.Interface // Secret GETs only
 	recorder record.EventRecorder
@@ -96,10 +97,14 @@ func (m *marks[V]) forget(key controller.Key) {
 	delete(m.m, key)
 }
 
-func newReconciler[T kube.Object[T]](k kind[T], cfg config, kubeClient kubernetes.Interface, recorder record.EventRecorder, m *metrics) *reconciler[T] {
+// newReconciler is the reconciler of kind k, which reads objects from the informer's lister and
+// writes them through the generated client.
+func newReconciler[T kube.Object[T]](k kind[T], objects lister[T], client kube.Client[T], cfg config, kubeClient kubernetes.Interface,
+	recorder record.EventRecorder, m *metrics) *reconciler[T] {
 	return &reconciler[T]{
-		kind: k, cfg: cfg, kube: kubeClient, recorder: recorder, metrics: m,
-		writer: kube.NewWriter(k.keys().name, k.writeClient, controller.NewWrites[T]().WithTrim(controller.Trimmed[T](controller.TrimMeta)),
+		kind: k, objects: objects, cfg: cfg, kube: kubeClient, recorder: recorder, metrics: m,
+		writer: kube.NewWriter(k.keys().name, func(string) kube.Client[T] { return client },
+			controller.NewWrites[T]().WithTrim(controller.Trimmed[T](controller.TrimMeta)),
 			kube.WriterOptions{FieldManager: fieldManager, Count: m.write}),
 		clock:     clock.RealClock{},
 		readiness: flowcontrol.NewBackOff(cfg.retryStart, cfg.retryMax),
@@ -110,7 +115,7 @@ func newReconciler[T kube.Object[T]](k kind[T], cfg config, kubeClient kubernete
 
 // mine tells whether obj is this sidecar's to reconcile.
 func (r *reconciler[T]) mine(obj T) bool {
-	if r.kind.driver(obj) != r.cfg.driver {
+	if r.kind.spec(obj).driver != r.cfg.driver {
 		return false
 	}
 	return r.cfg.node == "" || obj.GetLabels()[protocol.LabelManagedBy] == r.cfg.node
@@ -118,7 +123,7 @@ func (r *reconciler[T]) mine(obj T) bool {
 
 // sync is the state diagram: it finds the one transition obj is due for.
 func (r *reconciler[T]) sync(ctx context.Context, key controller.Key) error {
-	listed, err := r.kind.get(key.Name)
+	listed, err := r.objects.Get(key.Name)
 	if apierrors.IsNotFound(err) {
 		r.forget(key)
 		return nil
@@ -132,22 +137,22 @@ func (r *reconciler[T]) sync(ctx context.Context, key controller.Key) error {
 	}
 	logger := klog.LoggerWithValues(klog.FromContext(ctx), r.kind.keys().name, klog.KObj(obj))
 	ctx = klog.NewContext(ctx, logger)
-	keys := r.kind.keys()
+	keys, spec, st := r.kind.keys(), r.kind.spec(obj), r.kind.state(obj)
 	creating := obj.GetAnnotations()[keys.beingCreated] != ""
 	switch {
 	case obj.GetDeletionTimestamp() != nil && !creating:
 		return r.syncDeletion(ctx, obj)
-	case r.kind.member(obj):
+	case spec.member:
 		return nil
 	case creating:
 		return r.create(ctx, obj)
-	case r.kind.dynamic(obj) && r.kind.state(obj).handle == "":
-		if r.kind.state(obj).message != "" && r.failedSince(key, obj) {
+	case spec.dynamic && st.handle == "":
+		if st.message != "" && r.failedSince(key, obj) {
 			logger.V(4).Info("Create failed before, waiting for a change")
 			return nil
 		}
 		return r.create(ctx, obj)
-	case r.kind.state(obj).handle == "" || !r.kind.state(obj).ready:
+	case st.handle == "" || !st.ready:
 		return r.refresh(ctx, obj)
 	default:
 		r.readiness.Reset(key.String())
@@ -157,18 +162,17 @@ func (r *reconciler[T]) sync(ctx context.Context, key controller.Key) error {
 
 // syncDeletion handles an object that is being deleted.
 func (r *reconciler[T]) syncDeletion(ctx context.Context, obj T) error {
-	keys := r.kind.keys()
+	keys, spec := r.kind.keys(), r.kind.spec(obj)
 	if !slices.Contains(obj.GetFinalizers(), keys.finalizer) {
 		return nil
 	}
 	switch {
-	case r.kind.member(obj), r.kind.policy(obj) != deletePolicy,
-		!r.kind.dynamic(obj) && r.kind.refUID(obj) == "":
+	case spec.member, spec.policy != deletePolicy, !spec.dynamic && spec.refUID == "":
 		return r.release(ctx, obj)
 	case obj.GetAnnotations()[keys.beingDeleted] == "":
 		klog.FromContext(ctx).V(4).Info("Waiting for the snapshot controller to mark the object being deleted")
 		return nil
-	case r.kind.deletable(obj) != "":
+	case deletable(r.kind, obj) != "":
 		return r.deleteBackend(ctx, obj)
 	default:
 		return r.release(ctx, obj)

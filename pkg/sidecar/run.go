@@ -47,11 +47,10 @@ func (s *sidecar) run(ctx context.Context) {
 	classes := informers.NewSharedInformerFactoryWithOptions(s.snapshots, 0, informers.WithTransform(controller.TrimMeta))
 
 	contents := watched.Snapshot().V1().VolumeSnapshotContents()
-	ck := contentKind{client: s.snapshots, csi: s.csi, contents: contents.Lister(),
-		classes: classes.Snapshot().V1().VolumeSnapshotClasses().Lister()}
+	ck := contentKind{csi: s.csi, classes: classes.Snapshot().V1().VolumeSnapshotClasses().Lister()}
 	var runs []func()
-	runs = append(runs, start(ctx, newReconciler(ck, s.config(false), s.kube, recorder, s.metrics),
-		contents.Informer(), "volumesnapshotcontents", s.opts.ResyncPeriod))
+	runs = append(runs, start(ctx, newReconciler(ck, contents.Lister(), s.snapshots.SnapshotV1().VolumeSnapshotContents(),
+		s.config(false), s.kube, recorder, s.metrics), contents.Informer(), "volumesnapshotcontents", s.opts.ResyncPeriod))
 
 	_, groupCRD := crds[groupContentCRD]
 	switch {
@@ -89,10 +88,9 @@ func (s *sidecar) run(ctx context.Context) {
 // groupReconciler wires the group content reconciler to informers from the two factories.
 func (s *sidecar) groupReconciler(ctx context.Context, watched, classes informers.SharedInformerFactory, recorder record.EventRecorder) func() {
 	gcontents := watched.Groupsnapshot().V1().VolumeGroupSnapshotContents()
-	gk := groupKind{client: s.snapshots, csi: s.csi, contents: gcontents.Lister(),
-		classes: classes.Groupsnapshot().V1().VolumeGroupSnapshotClasses().Lister()}
-	return start(ctx, newReconciler(gk, s.config(true), s.kube, recorder, s.metrics),
-		gcontents.Informer(), "volumegroupsnapshotcontents", s.opts.ResyncPeriod)
+	gk := groupKind{csi: s.csi, classes: classes.Groupsnapshot().V1().VolumeGroupSnapshotClasses().Lister()}
+	return start(ctx, newReconciler(gk, gcontents.Lister(), s.snapshots.GroupsnapshotV1().VolumeGroupSnapshotContents(),
+		s.config(true), s.kube, recorder, s.metrics), gcontents.Informer(), "volumegroupsnapshotcontents", s.opts.ResyncPeriod)
 }
 
 // groupCRDPoll is how often the sidecar looks for the group CRDs when they were missing at start.

@@ -97,37 +97,34 @@ func (r *reconciler[T]) createFailed(ctx context.Context, obj T, cause error) er
 // refresh reads the state of a backend snapshot that is known but not ready, or named by a
 // pre-provisioned object, and writes status only when it changed.
 func (r *reconciler[T]) refresh(ctx context.Context, obj T) error {
-	var result T
-	if r.kind.dynamic(obj) {
-		req, err := r.createRequest(ctx, obj)
-		if err != nil {
-			return r.reportInput(ctx, obj, err)
-		}
-		err = r.call(ctx, opCreate, func(ctx context.Context) (err error) {
-			result, err = r.kind.create(ctx, obj, req)
-			return err
-		})
-		if err != nil {
-			return r.checkFailed(ctx, obj, err)
-		}
-	} else {
-		secrets, err := r.readSecret(ctx, obj)
-		if err != nil {
-			return r.reportInput(ctx, obj, err)
-		}
-		err = r.call(ctx, opRead, func(ctx context.Context) (err error) {
-			result, err = r.kind.read(ctx, obj, secrets)
-			return err
-		})
-		if err != nil {
-			return r.checkFailed(ctx, obj, err)
-		}
-	}
-	obj, err := r.writer.PatchStatus(ctx, obj, result)
+	op, ask, err := r.checkRequest(ctx, obj)
 	if err != nil {
+		return r.reportInput(ctx, obj, err)
+	}
+	var result T
+	err = r.call(ctx, op, func(ctx context.Context) (err error) {
+		result, err = ask(ctx)
+		return err
+	})
+	if err != nil {
+		return r.checkFailed(ctx, obj, err)
+	}
+	if obj, err = r.writer.PatchStatus(ctx, obj, result); err != nil {
 		return err
 	}
 	return r.waitReady(ctx, obj)
+}
+
+// checkRequest is the CSI call that tells the state of obj's backend snapshot, with its name in
+// metrics: the create again for a dynamic object (the driver answers a repeated create with the
+// snapshot it made), a read for a pre-provisioned one.
+func (r *reconciler[T]) checkRequest(ctx context.Context, obj T) (string, func(context.Context) (T, error), error) {
+	if r.kind.spec(obj).dynamic {
+		req, err := r.createRequest(ctx, obj)
+		return opCreate, func(ctx context.Context) (T, error) { return r.kind.create(ctx, obj, req) }, err
+	}
+	secrets, err := r.readSecret(ctx, obj)
+	return opRead, func(ctx context.Context) (T, error) { return r.kind.read(ctx, obj, secrets) }, err
 }
 
 // checkFailed records a failed status check: a final error goes to status.error with a
@@ -166,7 +163,7 @@ func (r *reconciler[T]) deleteBackend(ctx context.Context, obj T) error {
 	if err != nil {
 		return r.reportInput(ctx, obj, err)
 	}
-	handle := r.kind.deletable(obj)
+	handle := deletable(r.kind, obj)
 	err = r.call(ctx, opDelete, func(ctx context.Context) error { return r.kind.remove(ctx, obj, handle, secrets) })
 	if err != nil {
 		switch outcome(err) {
@@ -234,7 +231,7 @@ func (r *reconciler[T]) report(ctx context.Context, obj T, reason, msg string) e
 
 // createRequest gathers the name, parameters and secrets for the driver's create call.
 func (r *reconciler[T]) createRequest(ctx context.Context, obj T) (createRequest, error) {
-	uid := r.kind.refUID(obj)
+	uid := r.kind.spec(obj).refUID
 	if uid == "" {
 		return createRequest{}, controller.Final(errors.New("the object is not bound: its snapshot reference has no uid"))
 	}

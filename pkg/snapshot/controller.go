@@ -22,6 +22,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/listers"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/record"
 	"k8s.io/klog/v2"
@@ -135,6 +136,8 @@ func New(clients Clients, kubeInformers informers.SharedInformerFactory,
 		preventVolumeModeConversion: opts.PreventVolumeModeConversion, distributedSnapshotting: opts.DistributedSnapshotting,
 		groups: &c.groups}
 	r := newReconcilerOf(c, c.single, singleKeys, c.writes.snapshots, c.writes.contents, opts.StatusGrace)
+	r.snapshotLister = listers.New[*snapshotv1.VolumeSnapshot](vs.Informer().GetIndexer(), snapshotv1.Resource("volumesnapshots"))
+	r.contentLister = listers.New[*snapshotv1.VolumeSnapshotContent](vsc.Informer().GetIndexer(), snapshotv1.Resource("volumesnapshotcontents"))
 	r.snapshotQueue = controller.NewUrgentFirstQueue(singleKeys.snapshotQueue, opts.Retry, r.syncSnapshotKey, c.nearlyDone)
 	r.contentQueue = controller.NewQueue(singleKeys.contentQueue, opts.Retry, r.syncContentKey)
 	c.singles = r
@@ -174,7 +177,7 @@ func (c *Controller) watch(vs, vsc, class, pvc cache.SharedIndexInformer) error 
 }
 
 // newReconcilerOf is a reconciler of kind k with the controller's settings; the caller adds its
-// queues.
+// listers and queues.
 func newReconcilerOf[S kube.Object[S], C kube.Object[C]](c *Controller, k kind[S, C], keys kindKeys, snapshots *kube.Writer[S],
 	contents *kube.Writer[C], statusGrace time.Duration) *reconciler[S, C] {
 	return &reconciler[S, C]{kind: k, keys: keys, snapshots: snapshots, contents: contents, recorder: c.recorder,

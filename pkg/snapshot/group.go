@@ -7,7 +7,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/client-go/listers"
 	corelisters "k8s.io/client-go/listers/core/v1"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/klog/v2"
@@ -40,6 +40,8 @@ var groupKeys = kindKeys{
 	snapshotKind: "VolumeGroupSnapshot", contentKind: "VolumeGroupSnapshotContent", apiVersion: groupv1.SchemeGroupVersion.String(),
 	snapshotQueue: "volumegroupsnapshot", contentQueue: "volumegroupsnapshotcontent", defaultContent: protocol.GroupContentName,
 	contentFinalizer: protocol.GroupContentBoundFinalizer, beingCreated: protocol.AnnGroupBeingCreated, beingDeleted: protocol.AnnGroupBeingDeleted,
+	classKind: "VolumeGroupSnapshotClass", secret: protocol.GroupSecret,
+	secretName: protocol.AnnGroupDeletionSecretName, secretNamespace: protocol.AnnGroupDeletionSecretNamespace,
 	reasonContentMissing: ReasonGroupInvalid, reasonBindingInvalid: ReasonGroupInvalid,
 	reasonReady: ReasonGroupReady, readyMessage: "Group snapshot is ready to use",
 	opCreate: metrics.OperationCreateGroup, opDelete: metrics.OperationDeleteGroup, countInputFailures: true,
@@ -58,8 +60,6 @@ type groups struct {
 // do: select their volumes, and make and let go of their member snapshots.
 type groupKind struct {
 	client       clientset.Interface // GETs only
-	snapshots    grouplisters.VolumeGroupSnapshotLister
-	contents     grouplisters.VolumeGroupSnapshotContentLister
 	classes      grouplisters.VolumeGroupSnapshotClassLister
 	classIndexer cache.Indexer
 	claims       corelisters.PersistentVolumeClaimLister
@@ -78,11 +78,13 @@ func (c *Controller) newGroups(factory snapinformers.SharedInformerFactory) (*gr
 	if err := class.Informer().AddIndexers(cache.Indexers{byDriver: groupClassesByDriver}); err != nil {
 		return nil, fmt.Errorf("add indexers: %w", err)
 	}
-	k := &groupKind{client: c.clients.Snapshots, snapshots: vgs.Lister(), contents: vgsc.Lister(), classes: class.Lister(),
+	k := &groupKind{client: c.clients.Snapshots, classes: class.Lister(),
 		classIndexer: class.Informer().GetIndexer(), claims: c.single.claims, volumes: c.single.volumes,
 		members: members{snapshots: c.single.snapshots, snapshotIndexer: c.single.snapshotIndexer, contents: c.single.contents,
 			snapshotWriter: c.writes.snapshots, contentWriter: c.writes.contents, wake: c.singles.snapshotQueue.Add}}
 	r := newReconcilerOf(c, k, groupKeys, c.writes.groups, c.writes.groupContents, 0)
+	r.snapshotLister = listers.New[*groupv1.VolumeGroupSnapshot](vgs.Informer().GetIndexer(), groupv1.Resource("volumegroupsnapshots"))
+	r.contentLister = listers.New[*groupv1.VolumeGroupSnapshotContent](vgsc.Informer().GetIndexer(), groupv1.Resource("volumegroupsnapshotcontents"))
 	r.snapshotQueue = controller.NewQueue(groupKeys.snapshotQueue, c.opts.Retry, r.syncSnapshotKey)
 	r.contentQueue = controller.NewQueue(groupKeys.contentQueue, c.opts.Retry, r.syncContentKey)
 	g := &groups{r: r, stopped: make(chan struct{})}
@@ -121,48 +123,25 @@ func (g *groups) run(ctx context.Context, workers int, resync time.Duration) {
 
 func (*groupKind) keys() kindKeys { return groupKeys }
 
-func (k *groupKind) getSnapshot(namespace, name string) (*groupv1.VolumeGroupSnapshot, error) {
-	return k.snapshots.VolumeGroupSnapshots(namespace).Get(name)
-}
-
 func (k *groupKind) liveSnapshot(ctx context.Context, namespace, name string) (*groupv1.VolumeGroupSnapshot, error) {
 	return k.client.GroupsnapshotV1().VolumeGroupSnapshots(namespace).Get(ctx, name, metav1.GetOptions{})
 }
 
-func (k *groupKind) listSnapshots(sel labels.Selector) ([]*groupv1.VolumeGroupSnapshot, error) {
-	return k.snapshots.List(sel)
+func (*groupKind) state(vgs *groupv1.VolumeGroupSnapshot) snapshotState {
+	st := vgs.Status
+	if st == nil {
+		return snapshotState{}
+	}
+	return snapshotState{reported: true, content: deref(st.BoundVolumeGroupSnapshotContentName), ready: deref(st.ReadyToUse), err: st.Error}
 }
 
-func (*groupKind) statusContent(vgs *groupv1.VolumeGroupSnapshot) string {
-	if vgs.Status != nil && vgs.Status.BoundVolumeGroupSnapshotContentName != nil {
-		return *vgs.Status.BoundVolumeGroupSnapshotContentName
-	}
-	return ""
-}
+func (*groupKind) status(vgs *groupv1.VolumeGroupSnapshot) any { return vgs.Status }
 
 func (*groupKind) sourceContent(vgs *groupv1.VolumeGroupSnapshot) string {
-	if vgs.Spec.Source.VolumeGroupSnapshotContentName != nil {
-		return *vgs.Spec.Source.VolumeGroupSnapshotContentName
-	}
-	return ""
+	return deref(vgs.Spec.Source.VolumeGroupSnapshotContentName)
 }
 
 func (*groupKind) waitsForContent(*groupv1.VolumeGroupSnapshot) bool { return false }
-
-func (*groupKind) ready(vgs *groupv1.VolumeGroupSnapshot) bool {
-	return vgs.Status != nil && vgs.Status.ReadyToUse != nil && *vgs.Status.ReadyToUse
-}
-
-func (*groupKind) statusError(vgs *groupv1.VolumeGroupSnapshot) *snapshotv1.VolumeSnapshotError {
-	if vgs.Status == nil {
-		return nil
-	}
-	return vgs.Status.Error
-}
-
-func (*groupKind) hasStatus(vgs *groupv1.VolumeGroupSnapshot) bool { return vgs.Status != nil }
-
-func (*groupKind) status(vgs *groupv1.VolumeGroupSnapshot) any { return vgs.Status }
 
 func (*groupKind) withError(vgs *groupv1.VolumeGroupSnapshot, e *snapshotv1.VolumeSnapshotError) *groupv1.VolumeGroupSnapshot {
 	updated := vgs.DeepCopy()
@@ -212,27 +191,14 @@ func (k *groupKind) classDriver(vgs *groupv1.VolumeGroupSnapshot) string {
 	return ""
 }
 
-func (k *groupKind) getContent(name string) (*groupv1.VolumeGroupSnapshotContent, error) {
-	return k.contents.Get(name)
-}
-
-func (k *groupKind) listContents(sel labels.Selector) ([]*groupv1.VolumeGroupSnapshotContent, error) {
-	return k.contents.List(sel)
-}
-
 func (*groupKind) ref(c *groupv1.VolumeGroupSnapshotContent) *corev1.ObjectReference {
 	return &c.Spec.VolumeGroupSnapshotRef
 }
 
-func (*groupKind) policy(c *groupv1.VolumeGroupSnapshotContent) snapshotv1.DeletionPolicy {
-	return c.Spec.DeletionPolicy
+// info: a group content is never a member.
+func (*groupKind) info(c *groupv1.VolumeGroupSnapshotContent) contentInfo {
+	return contentInfo{policy: c.Spec.DeletionPolicy, driver: c.Spec.Driver, reported: c.Status != nil}
 }
-
-func (*groupKind) driver(c *groupv1.VolumeGroupSnapshotContent) string { return c.Spec.Driver }
-
-func (*groupKind) reported(c *groupv1.VolumeGroupSnapshotContent) bool { return c.Status != nil }
-
-func (*groupKind) member(*groupv1.VolumeGroupSnapshotContent) bool { return false }
 
 // bound creates the members once the sidecar reported them and tells whether all are ready.
 func (k *groupKind) bound(ctx context.Context, vgs *groupv1.VolumeGroupSnapshot, content *groupv1.VolumeGroupSnapshotContent) (bool, error) {

@@ -12,40 +12,35 @@ import (
 	"github.com/shutter-csi/shutter/pkg/protocol"
 )
 
-// plan selects the claims, picks the class, and builds the group content.
+// plan builds the group content; any bad input is reported as ReasonGroupInvalid.
 func (k *groupKind) plan(_ context.Context, vgs *groupv1.VolumeGroupSnapshot) (plan[*groupv1.VolumeGroupSnapshotContent], error) {
+	p, err := k.newPlan(vgs)
+	if err != nil {
+		return p, &inputError{ReasonGroupInvalid, err}
+	}
+	return p, nil
+}
+
+// newPlan selects the claims, picks the class, and builds the group content.
+func (k *groupKind) newPlan(vgs *groupv1.VolumeGroupSnapshot) (plan[*groupv1.VolumeGroupSnapshotContent], error) {
 	var p plan[*groupv1.VolumeGroupSnapshotContent]
 	driver, handles, err := k.selectVolumes(vgs)
 	if err != nil {
-		return p, &inputError{ReasonGroupInvalid, err}
+		return p, err
 	}
 	class, err := k.groupClass(vgs, driver)
 	if err != nil {
-		return p, &inputError{ReasonGroupInvalid, err}
+		return p, err
 	}
-	name := protocol.GroupContentName(vgs.UID)
-	secret, err := protocol.ResolveSecret(class.Parameters, protocol.GroupSecret, protocol.TemplateValues{
-		ContentName: name, SnapshotName: vgs.Name, SnapshotNamespace: vgs.Namespace,
-	})
+	meta, err := contentMeta(groupKeys, vgs, class.Name, class.Parameters)
 	if err != nil {
-		return p, &inputError{ReasonGroupInvalid, fmt.Errorf("VolumeGroupSnapshotClass %s: %w", class.Name, err)}
+		return p, err
 	}
-	content := &groupv1.VolumeGroupSnapshotContent{
-		ObjectMeta: metav1.ObjectMeta{Name: name, Finalizers: []string{protocol.GroupContentBoundFinalizer}},
-		Spec: groupv1.VolumeGroupSnapshotContentSpec{
-			VolumeGroupSnapshotRef: corev1.ObjectReference{
-				APIVersion: groupv1.SchemeGroupVersion.String(), Kind: "VolumeGroupSnapshot",
-				Namespace: vgs.Namespace, Name: vgs.Name, UID: vgs.UID,
-			},
-			DeletionPolicy: class.DeletionPolicy, Driver: driver, VolumeGroupSnapshotClassName: ptr(class.Name),
-			Source: groupv1.VolumeGroupSnapshotContentSource{VolumeHandles: handles},
-		},
-	}
-	if secret != nil {
-		content.Annotations = map[string]string{
-			protocol.AnnGroupDeletionSecretName: secret.Name, protocol.AnnGroupDeletionSecretNamespace: secret.Namespace,
-		}
-	}
+	content := &groupv1.VolumeGroupSnapshotContent{ObjectMeta: meta, Spec: groupv1.VolumeGroupSnapshotContentSpec{
+		VolumeGroupSnapshotRef: snapshotRef(groupKeys, vgs),
+		DeletionPolicy:         class.DeletionPolicy, Driver: driver, VolumeGroupSnapshotClassName: ptr(class.Name),
+		Source: groupv1.VolumeGroupSnapshotContentSource{VolumeHandles: handles},
+	}}
 	return plan[*groupv1.VolumeGroupSnapshotContent]{content: content, policy: class.DeletionPolicy, class: class.Name}, nil
 }
 

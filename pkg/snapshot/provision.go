@@ -114,14 +114,14 @@ func (p classPicker[T]) pick(name *string, driver string) (T, error) {
 // newContent builds the dynamic content of vs.
 func (k *snapshotKind) newContent(vs *snapshotv1.VolumeSnapshot, pvc *corev1.PersistentVolumeClaim, pv *corev1.PersistentVolume,
 	class *snapshotv1.VolumeSnapshotClass) (*snapshotv1.VolumeSnapshotContent, error) {
-	name := protocol.ContentName(vs.UID)
+	meta, err := contentMeta(singleKeys, vs, class.Name, class.Parameters)
+	if err != nil {
+		return nil, err
+	}
 	content := &snapshotv1.VolumeSnapshotContent{
-		ObjectMeta: metav1.ObjectMeta{Name: name, Finalizers: []string{protocol.ContentBoundFinalizer}},
+		ObjectMeta: meta,
 		Spec: snapshotv1.VolumeSnapshotContentSpec{
-			VolumeSnapshotRef: corev1.ObjectReference{
-				APIVersion: snapshotv1.SchemeGroupVersion.String(), Kind: "VolumeSnapshot",
-				Namespace: vs.Namespace, Name: vs.Name, UID: vs.UID,
-			},
+			VolumeSnapshotRef:       snapshotRef(singleKeys, vs),
 			DeletionPolicy:          class.DeletionPolicy,
 			Driver:                  class.Driver,
 			VolumeSnapshotClassName: ptr(class.Name),
@@ -135,17 +135,6 @@ func (k *snapshotKind) newContent(vs *snapshotv1.VolumeSnapshot, pvc *corev1.Per
 		}
 		content.Spec.SourceVolumeMode = &mode
 	}
-	secret, err := protocol.ResolveSecret(class.Parameters, protocol.SnapshotterSecret, protocol.TemplateValues{
-		ContentName: name, SnapshotName: vs.Name, SnapshotNamespace: vs.Namespace,
-	})
-	if err != nil {
-		return nil, fmt.Errorf("VolumeSnapshotClass %s: %w", class.Name, err)
-	}
-	if secret != nil {
-		content.Annotations = map[string]string{
-			protocol.AnnDeletionSecretName: secret.Name, protocol.AnnDeletionSecretNamespace: secret.Namespace,
-		}
-	}
 	if k.distributedSnapshotting {
 		node, err := volumeNode(pv)
 		if err != nil {
@@ -154,6 +143,27 @@ func (k *snapshotKind) newContent(vs *snapshotv1.VolumeSnapshot, pvc *corev1.Per
 		content.Labels = map[string]string{protocol.LabelManagedBy: node}
 	}
 	return content, nil
+}
+
+// contentMeta is the metadata of the dynamic content of s: its name, its finalizer, and the
+// annotations naming the deletion secret that the parameters of s's class name.
+func contentMeta(keys kindKeys, s metav1.Object, class string, params map[string]string) (metav1.ObjectMeta, error) {
+	meta := metav1.ObjectMeta{Name: keys.defaultContent(s.GetUID()), Finalizers: []string{keys.contentFinalizer}}
+	secret, err := protocol.ResolveSecret(params, keys.secret, protocol.TemplateValues{
+		ContentName: meta.Name, SnapshotName: s.GetName(), SnapshotNamespace: s.GetNamespace(),
+	})
+	if err != nil {
+		return meta, fmt.Errorf("%s %s: %w", keys.classKind, class, err)
+	}
+	if secret != nil {
+		meta.Annotations = map[string]string{keys.secretName: secret.Name, keys.secretNamespace: secret.Namespace}
+	}
+	return meta, nil
+}
+
+// snapshotRef is a content's reference to its snapshot s.
+func snapshotRef(keys kindKeys, s metav1.Object) corev1.ObjectReference {
+	return corev1.ObjectReference{APIVersion: keys.apiVersion, Kind: keys.snapshotKind, Namespace: s.GetNamespace(), Name: s.GetName(), UID: s.GetUID()}
 }
 
 // volumeNode is the one node a local volume's node affinity allows.

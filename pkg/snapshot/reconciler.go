@@ -6,8 +6,8 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/listers"
 	"k8s.io/client-go/tools/record"
 	"k8s.io/klog/v2"
 	"k8s.io/utils/clock"
@@ -15,6 +15,7 @@ import (
 	snapshotv1 "github.com/shutter-csi/shutter/client/apis/volumesnapshot/v1"
 	"github.com/shutter-csi/shutter/pkg/controller"
 	"github.com/shutter-csi/shutter/pkg/kube"
+	"github.com/shutter-csi/shutter/pkg/protocol"
 )
 
 // kind is everything that differs between the two pairs of kinds the controller reconciles: a
@@ -26,22 +27,17 @@ import (
 type kind[S kube.Object[S], C kube.Object[C]] interface {
 	keys() kindKeys
 
-	// getSnapshot reads a snapshot from the lister, liveSnapshot from the API server.
-	getSnapshot(namespace, name string) (S, error)
+	// liveSnapshot reads a snapshot from the API server (the reconciler reads the informers'
+	// caches itself).
 	liveSnapshot(ctx context.Context, namespace, name string) (S, error)
-	listSnapshots(labels.Selector) ([]S, error)
-	// statusContent is the content name the status records as bound, sourceContent the one a
-	// pre-provisioned snapshot names; "" for none.
-	statusContent(s S) string
+	// state is what s's status says; status is the status itself, to compare.
+	state(s S) snapshotState
+	status(s S) any
+	// sourceContent is the content name a pre-provisioned snapshot names, "" for none.
 	sourceContent(s S) string
 	// waitsForContent tells whether s waits for someone else to create its content (a member of
 	// a group, whose group makes it).
 	waitsForContent(s S) bool
-	ready(s S) bool
-	// statusError is status.error, nil for none; hasStatus tells whether s has a status at all.
-	statusError(s S) *snapshotv1.VolumeSnapshotError
-	hasStatus(s S) bool
-	status(s S) any
 	// withError returns s with e in status and not ready; withStatus returns s with the status
 	// its content c (and, for a group, its members' readiness) implies.
 	withError(s S, e *snapshotv1.VolumeSnapshotError) S
@@ -53,17 +49,10 @@ type kind[S kube.Object[S], C kube.Object[C]] interface {
 	// classDriver is the driver of the class s names, "" when unknown.
 	classDriver(s S) string
 
-	// getContent reads a content from the lister.
-	getContent(name string) (C, error)
-	listContents(labels.Selector) ([]C, error)
 	// ref is the content's reference to its snapshot, inside c (change it on a copy only).
 	ref(c C) *corev1.ObjectReference
-	policy(c C) snapshotv1.DeletionPolicy
-	driver(c C) string
-	// reported tells whether the sidecar has written the content's status.
-	reported(c C) bool
-	// member tells whether c is a member of a group: its group looks after it.
-	member(c C) bool
+	// info is what the reconciler reads of c besides its reference.
+	info(c C) contentInfo
 
 	// plan checks a dynamic snapshot's input and builds its content.
 	plan(ctx context.Context, s S) (plan[C], error)
@@ -81,6 +70,27 @@ type kind[S kube.Object[S], C kube.Object[C]] interface {
 	releasing(ctx context.Context, s S) error
 }
 
+// snapshotState is what the reconciler reads of a snapshot's status.
+type snapshotState struct {
+	// reported tells whether the snapshot has a status at all.
+	reported bool
+	// content is the content name the status records as bound, "" for none.
+	content string
+	ready   bool
+	// err is status.error, nil for none.
+	err *snapshotv1.VolumeSnapshotError
+}
+
+// contentInfo is what the reconciler reads of a content.
+type contentInfo struct {
+	policy snapshotv1.DeletionPolicy
+	driver string
+	// reported tells whether the sidecar has written the content's status.
+	reported bool
+	// member tells whether the content is a member of a group: its group looks after it.
+	member bool
+}
+
 // kindKeys are the names, protocol keys and event reasons of one pair of kinds.
 type kindKeys struct {
 	// snapshotKind and contentKind are the kinds' names; apiVersion is the snapshot kind's.
@@ -92,6 +102,11 @@ type kindKeys struct {
 	// contentFinalizer is the content's bound-protection finalizer; beingCreated and
 	// beingDeleted are the sidecar's annotations on it.
 	contentFinalizer, beingCreated, beingDeleted string
+	// classKind is the class kind's name; secret are the class parameters that name the
+	// deletion secret, which secretName and secretNamespace annotate on a dynamic content.
+	classKind                   string
+	secret                      protocol.SecretParams
+	secretName, secretNamespace string
 	// Event reasons.
 	reasonContentMissing, reasonBindingInvalid, reasonReady, readyMessage string
 	// reasonContentFailed, when set, is the Warning event of a snapshot whose content reports an
@@ -128,8 +143,12 @@ type reconciler[S kube.Object[S], C kube.Object[C]] struct {
 	keys      kindKeys
 	snapshots *kube.Writer[S]
 	contents  *kube.Writer[C]
-	recorder  record.EventRecorder
-	clock     clock.PassiveClock
+	// snapshotLister and contentLister read the informers' caches; they are what the generated
+	// listers are built on.
+	snapshotLister listers.ResourceIndexer[S]
+	contentLister  listers.ResourceIndexer[C]
+	recorder       record.EventRecorder
+	clock          clock.PassiveClock
 	// readyEvents records a Normal event when a snapshot becomes ready.
 	readyEvents bool
 	// statusGrace is how long a new content's status waits for the sidecar's first report.
@@ -156,12 +175,12 @@ func (r *reconciler[S, C]) onContent(c C) {
 
 // requeueUnbound queues the snapshots not bound yet: a new default class may unblock them.
 func (r *reconciler[S, C]) requeueUnbound() {
-	all, err := r.kind.listSnapshots(everything)
+	all, err := r.snapshotLister.List(everything)
 	if err != nil {
 		return
 	}
 	for _, s := range all {
-		if r.kind.statusContent(s) == "" {
+		if r.kind.state(s).content == "" {
 			r.snapshotQueue.Add(controller.KeyOf(s))
 		}
 	}
@@ -169,8 +188,8 @@ func (r *reconciler[S, C]) requeueUnbound() {
 
 // run runs both queues and their resync until ctx is done and their syncs have finished.
 func (r *reconciler[S, C]) run(ctx context.Context, workers int, resync time.Duration) {
-	go controller.Resync(ctx, r.snapshotQueue, resync, func() []controller.Key { return keys(r.kind.listSnapshots) })
-	go controller.Resync(ctx, r.contentQueue, resync, func() []controller.Key { return keys(r.kind.listContents) })
+	go controller.Resync(ctx, r.snapshotQueue, resync, func() []controller.Key { return keys(r.snapshotLister.List) })
+	go controller.Resync(ctx, r.contentQueue, resync, func() []controller.Key { return keys(r.contentLister.List) })
 	done := make(chan struct{})
 	go func() {
 		r.contentQueue.Run(ctx, workers)
@@ -180,8 +199,13 @@ func (r *reconciler[S, C]) run(ctx context.Context, workers int, resync time.Dur
 	<-done
 }
 
+// cachedSnapshot reads a snapshot from the informer's cache.
+func (r *reconciler[S, C]) cachedSnapshot(namespace, name string) (S, error) {
+	return listers.NewNamespaced(r.snapshotLister, namespace).Get(name)
+}
+
 func (r *reconciler[S, C]) syncSnapshotKey(ctx context.Context, key controller.Key) error {
-	s, err := r.kind.getSnapshot(key.Namespace, key.Name)
+	s, err := r.cachedSnapshot(key.Namespace, key.Name)
 	if err != nil {
 		return ignoreNotFound(err)
 	}
@@ -191,7 +215,7 @@ func (r *reconciler[S, C]) syncSnapshotKey(ctx context.Context, key controller.K
 }
 
 func (r *reconciler[S, C]) syncContentKey(ctx context.Context, key controller.Key) error {
-	c, err := r.kind.getContent(key.Name)
+	c, err := r.contentLister.Get(key.Name)
 	if err != nil {
 		return ignoreNotFound(err)
 	}
@@ -219,7 +243,7 @@ func (r *reconciler[S, C]) syncSnapshot(ctx context.Context, s S) error {
 		return r.syncBound(ctx, s, c)
 	case r.kind.waitsForContent(s):
 		return nil
-	case r.kind.statusContent(s) != "" || r.kind.sourceContent(s) != "":
+	case r.kind.state(s).content != "" || r.kind.sourceContent(s) != "":
 		return r.fail(ctx, s, r.keys.reasonContentMissing, fmtMissing(r.keys.contentKind, r.contentName(s)))
 	default:
 		return r.provision(ctx, s)
@@ -229,7 +253,7 @@ func (r *reconciler[S, C]) syncSnapshot(ctx context.Context, s S) error {
 // contentName is the content s is bound to or will be: the one its status or source names, or
 // for a dynamic snapshot the one named after its uid.
 func (r *reconciler[S, C]) contentName(s S) string {
-	if name := r.kind.statusContent(s); name != "" {
+	if name := r.kind.state(s).content; name != "" {
 		return name
 	}
 	if name := r.kind.sourceContent(s); name != "" {
@@ -242,7 +266,7 @@ func (r *reconciler[S, C]) contentName(s S) string {
 // informer has not seen it yet, from the own-write cache; found is false when it does not exist.
 func (r *reconciler[S, C]) contentOf(s S) (c C, found bool, err error) {
 	name := r.contentName(s)
-	c, err = r.kind.getContent(name)
+	c, err = r.contentLister.Get(name)
 	if apierrors.IsNotFound(err) {
 		c, found = r.contents.Cache().Get(controller.Key{Name: name})
 		return c, found, nil
@@ -254,8 +278,8 @@ func (r *reconciler[S, C]) contentOf(s S) (c C, found bool, err error) {
 
 // driverOf is the driver of s's content, or of its class before the content exists.
 func (r *reconciler[S, C]) driverOf(s S) string {
-	if c, err := r.kind.getContent(r.contentName(s)); err == nil {
-		return r.kind.driver(c)
+	if c, err := r.contentLister.Get(r.contentName(s)); err == nil {
+		return r.kind.info(c).driver
 	}
 	return r.kind.classDriver(s)
 }

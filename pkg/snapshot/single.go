@@ -9,7 +9,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/labels"
 	corelisters "k8s.io/client-go/listers/core/v1"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/klog/v2"
@@ -44,6 +43,8 @@ var singleKeys = kindKeys{
 	snapshotKind: "VolumeSnapshot", contentKind: "VolumeSnapshotContent", apiVersion: snapshotv1.SchemeGroupVersion.String(),
 	snapshotQueue: "volumesnapshot", contentQueue: "volumesnapshotcontent", defaultContent: protocol.ContentName,
 	contentFinalizer: protocol.ContentBoundFinalizer, beingCreated: protocol.AnnBeingCreated, beingDeleted: protocol.AnnBeingDeleted,
+	classKind: "VolumeSnapshotClass", secret: protocol.SnapshotterSecret,
+	secretName: protocol.AnnDeletionSecretName, secretNamespace: protocol.AnnDeletionSecretNamespace,
 	reasonContentMissing: ReasonContentMissing, reasonBindingInvalid: ReasonBindingInvalid,
 	reasonReady: ReasonSnapshotReady, readyMessage: "Snapshot is ready to use", reasonContentFailed: ReasonSnapshotFailed,
 	opCreate: metrics.OperationCreate, opDelete: metrics.OperationDelete,
@@ -74,49 +75,28 @@ var _ kind[*snapshotv1.VolumeSnapshot, *snapshotv1.VolumeSnapshotContent] = (*sn
 
 func (*snapshotKind) keys() kindKeys { return singleKeys }
 
-func (k *snapshotKind) getSnapshot(namespace, name string) (*snapshotv1.VolumeSnapshot, error) {
-	return k.snapshots.VolumeSnapshots(namespace).Get(name)
-}
-
 func (k *snapshotKind) liveSnapshot(ctx context.Context, namespace, name string) (*snapshotv1.VolumeSnapshot, error) {
 	return k.client.SnapshotV1().VolumeSnapshots(namespace).Get(ctx, name, metav1.GetOptions{})
 }
 
-func (k *snapshotKind) listSnapshots(sel labels.Selector) ([]*snapshotv1.VolumeSnapshot, error) {
-	return k.snapshots.List(sel)
+func (*snapshotKind) state(vs *snapshotv1.VolumeSnapshot) snapshotState {
+	st := vs.Status
+	if st == nil {
+		return snapshotState{}
+	}
+	return snapshotState{reported: true, content: deref(st.BoundVolumeSnapshotContentName), ready: deref(st.ReadyToUse), err: st.Error}
 }
 
-func (*snapshotKind) statusContent(vs *snapshotv1.VolumeSnapshot) string {
-	if vs.Status != nil && vs.Status.BoundVolumeSnapshotContentName != nil {
-		return *vs.Status.BoundVolumeSnapshotContentName
-	}
-	return ""
-}
+func (*snapshotKind) status(vs *snapshotv1.VolumeSnapshot) any { return vs.Status }
 
 func (*snapshotKind) sourceContent(vs *snapshotv1.VolumeSnapshot) string {
-	if vs.Spec.Source.VolumeSnapshotContentName != nil {
-		return *vs.Spec.Source.VolumeSnapshotContentName
-	}
-	return ""
+	return deref(vs.Spec.Source.VolumeSnapshotContentName)
 }
 
 // waitsForContent: a new group member's content is created by its group.
 func (k *snapshotKind) waitsForContent(vs *snapshotv1.VolumeSnapshot) bool {
-	return groupOf(vs) != "" && k.statusContent(vs) == ""
+	return groupOf(vs) != "" && k.state(vs).content == ""
 }
-
-func (*snapshotKind) ready(vs *snapshotv1.VolumeSnapshot) bool { return isReady(vs) }
-
-func (*snapshotKind) statusError(vs *snapshotv1.VolumeSnapshot) *snapshotv1.VolumeSnapshotError {
-	if vs.Status == nil {
-		return nil
-	}
-	return vs.Status.Error
-}
-
-func (*snapshotKind) hasStatus(vs *snapshotv1.VolumeSnapshot) bool { return vs.Status != nil }
-
-func (*snapshotKind) status(vs *snapshotv1.VolumeSnapshot) any { return vs.Status }
 
 func (*snapshotKind) withError(vs *snapshotv1.VolumeSnapshot, e *snapshotv1.VolumeSnapshotError) *snapshotv1.VolumeSnapshot {
 	updated := vs.DeepCopy()
@@ -186,28 +166,13 @@ func (k *snapshotKind) classDriver(vs *snapshotv1.VolumeSnapshot) string {
 	return ""
 }
 
-func (k *snapshotKind) getContent(name string) (*snapshotv1.VolumeSnapshotContent, error) {
-	return k.contents.Get(name)
-}
-
-func (k *snapshotKind) listContents(sel labels.Selector) ([]*snapshotv1.VolumeSnapshotContent, error) {
-	return k.contents.List(sel)
-}
-
 func (*snapshotKind) ref(c *snapshotv1.VolumeSnapshotContent) *corev1.ObjectReference {
 	return &c.Spec.VolumeSnapshotRef
 }
 
-func (*snapshotKind) policy(c *snapshotv1.VolumeSnapshotContent) snapshotv1.DeletionPolicy {
-	return c.Spec.DeletionPolicy
-}
-
-func (*snapshotKind) driver(c *snapshotv1.VolumeSnapshotContent) string { return c.Spec.Driver }
-
-func (*snapshotKind) reported(c *snapshotv1.VolumeSnapshotContent) bool { return c.Status != nil }
-
-func (*snapshotKind) member(c *snapshotv1.VolumeSnapshotContent) bool {
-	return c.Annotations[protocol.AnnGroupSnapshotHandle] != ""
+func (*snapshotKind) info(c *snapshotv1.VolumeSnapshotContent) contentInfo {
+	return contentInfo{policy: c.Spec.DeletionPolicy, driver: c.Spec.Driver, reported: c.Status != nil,
+		member: c.Annotations[protocol.AnnGroupSnapshotHandle] != ""}
 }
 
 func (*snapshotKind) bound(context.Context, *snapshotv1.VolumeSnapshot, *snapshotv1.VolumeSnapshotContent) (bool, error) {

@@ -53,7 +53,7 @@ func (m *stateMetrics) Collect(ch chan<- prometheus.Metric) {
 // the content exists) and state.
 func tallyOf[S kube.Object[S], C kube.Object[C]](r *reconciler[S, C], now time.Time) tally {
 	t := tally{}
-	all, err := r.kind.listSnapshots(everything)
+	all, err := r.snapshotLister.List(everything)
 	if err != nil {
 		return t
 	}
@@ -62,7 +62,8 @@ func tallyOf[S kube.Object[S], C kube.Object[C]](r *reconciler[S, C], now time.T
 		if driver == "" {
 			driver = metrics.DriverUnknown
 		}
-		t.add(driver, s, r.kind.ready(s), r.kind.statusError(s) != nil, now)
+		st := r.kind.state(s)
+		t.add(driver, s, st.ready, st.err != nil, now)
 	}
 	return t
 }

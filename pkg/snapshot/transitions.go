@@ -71,14 +71,14 @@ func (r *reconciler[S, C]) syncBound(ctx context.Context, s S, c C) error {
 			return err
 		}
 	}
-	if s, err = r.ensureFinalizers(ctx, s, r.kind.policy(c), ""); err != nil {
+	if s, err = r.ensureFinalizers(ctx, s, r.kind.info(c).policy, ""); err != nil {
 		return err
 	}
 	membersReady, err := r.kind.bound(ctx, s, c)
 	if err != nil {
 		return err
 	}
-	if !r.kind.hasStatus(s) && !r.kind.reported(c) {
+	if !r.kind.state(s).reported && !r.kind.info(c).reported {
 		if wait := r.statusGrace - r.clock.Since(c.GetCreationTimestamp().Time); wait > 0 {
 			return controller.RequeueAfter(wait, "waiting for the sidecar's first report")
 		}
@@ -129,26 +129,26 @@ func (r *reconciler[S, C]) ensureFinalizers(ctx context.Context, s S, policy sna
 // writeStatus writes updated's status when it differs from s's, and reports a snapshot that
 // became ready and, where the kind does, one whose content failed.
 func (r *reconciler[S, C]) writeStatus(ctx context.Context, s, updated S) (S, error) {
-	if r.kind.hasStatus(s) && equality.Semantic.DeepEqual(r.kind.status(s), r.kind.status(updated)) {
+	before := r.kind.state(s)
+	if before.reported && equality.Semantic.DeepEqual(r.kind.status(s), r.kind.status(updated)) {
 		return s, nil
 	}
-	wasReady, hadError := r.kind.ready(s), r.kind.statusError(s) != nil
 	result, err := r.snapshots.UpdateStatus(ctx, updated)
 	if err != nil {
 		return s, err
 	}
 	r.kind.statusWritten(result)
-	failed := r.kind.statusError(result)
+	after := r.kind.state(result)
 	switch {
-	case r.kind.ready(result) && !wasReady:
+	case after.ready && !before.ready:
 		klog.FromContext(ctx).V(2).Info("Snapshot ready")
 		r.observe(r.keys.opCreate, metrics.StatusSuccess, s.GetCreationTimestamp())
 		if r.readyEvents {
 			r.recorder.Event(result, corev1.EventTypeNormal, r.keys.reasonReady, r.keys.readyMessage)
 		}
-	case r.keys.reasonContentFailed != "" && failed != nil && !hadError && failed.Message != nil:
+	case r.keys.reasonContentFailed != "" && after.err != nil && before.err == nil && after.err.Message != nil:
 		r.observe(r.keys.opCreate, metrics.StatusFailure, s.GetCreationTimestamp())
-		r.recorder.Event(result, corev1.EventTypeWarning, r.keys.reasonContentFailed, *failed.Message)
+		r.recorder.Event(result, corev1.EventTypeWarning, r.keys.reasonContentFailed, *after.err.Message)
 	}
 	return result, nil
 }
@@ -157,7 +157,7 @@ func (r *reconciler[S, C]) writeStatus(ctx context.Context, s, updated S) (S, er
 // error is final: a change to the snapshot or to an object it depends on brings it back.
 func (r *reconciler[S, C]) fail(ctx context.Context, s S, reason string, cause error) error {
 	msg := cause.Error()
-	if e := r.kind.statusError(s); e != nil && e.Message != nil && *e.Message == msg {
+	if e := r.kind.state(s).err; e != nil && e.Message != nil && *e.Message == msg {
 		return controller.Final(cause)
 	}
 	now := metav1.NewTime(r.clock.Now())
@@ -188,7 +188,7 @@ func (r *reconciler[S, C]) finalize(ctx context.Context, s S) error {
 	if err != nil || len(ours) == 0 {
 		return err
 	}
-	if found && r.refersTo(c, s) && r.kind.policy(c) == snapshotv1.VolumeSnapshotContentDelete {
+	if found && r.refersTo(c, s) && r.kind.info(c).policy == snapshotv1.VolumeSnapshotContentDelete {
 		if err := r.release(ctx, c, true); err != nil {
 			return err
 		}
@@ -215,14 +215,14 @@ func (r *reconciler[S, C]) finalize(ctx context.Context, s S) error {
 // group members are their group's business.
 func (r *reconciler[S, C]) syncContent(ctx context.Context, c C) error {
 	ref := r.kind.ref(c)
-	if ref.UID == "" || r.kind.member(c) || r.handedOver(c) {
+	if ref.UID == "" || r.kind.info(c).member || r.handedOver(c) {
 		return nil
 	}
 	gone, err := r.snapshotGone(ctx, c)
 	if err != nil || !gone {
 		return err
 	}
-	deletePolicy := r.kind.policy(c) == snapshotv1.VolumeSnapshotContentDelete
+	deletePolicy := r.kind.info(c).policy == snapshotv1.VolumeSnapshotContentDelete
 	if c.GetDeletionTimestamp() == nil && !deletePolicy {
 		return nil // Retain: the content outlives its snapshot
 	}
@@ -234,7 +234,7 @@ func (r *reconciler[S, C]) syncContent(ctx context.Context, c C) error {
 // (a lister miss would cost a live GET for every later change the sidecar makes to it).
 func (r *reconciler[S, C]) handedOver(c C) bool {
 	_, marked := c.GetAnnotations()[r.keys.beingDeleted]
-	return marked && (c.GetDeletionTimestamp() != nil || r.kind.policy(c) != snapshotv1.VolumeSnapshotContentDelete)
+	return marked && (c.GetDeletionTimestamp() != nil || r.kind.info(c).policy != snapshotv1.VolumeSnapshotContentDelete)
 }
 
 // snapshotGone tells whether the snapshot a content is bound to no longer exists.
@@ -246,7 +246,7 @@ func (r *reconciler[S, C]) snapshotGone(ctx context.Context, c C) (bool, error) 
 // gone tells whether the snapshot namespace/name with uid no longer exists. A lister miss is
 // confirmed with the API server, so a slow informer never costs a backend snapshot.
 func (r *reconciler[S, C]) gone(ctx context.Context, namespace, name string, uid types.UID) (bool, error) {
-	s, err := r.kind.getSnapshot(namespace, name)
+	s, err := r.cachedSnapshot(namespace, name)
 	if apierrors.IsNotFound(err) {
 		s, err = r.kind.liveSnapshot(ctx, namespace, name)
 	}

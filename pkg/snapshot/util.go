@@ -36,3 +36,12 @@ func isReady(vs *snapshotv1.VolumeSnapshot) bool {
 }
 
 func ptr[T any](v T) *T { return &v }
+
+// deref is *p, or the zero value when p is nil.
+func deref[T any](p *T) T {
+	if p == nil {
+		var zero T
+		return zero
+	}
+	return *p
+}

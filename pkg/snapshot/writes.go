@@ -43,22 +43,23 @@ func newWriteLayer(clients Clients) *writeLayer {
 	if contents == nil {
 		contents = snaps
 	}
-	w.snapshots = kube.NewWriter("volumesnapshot", func(ns string) kube.Client[*snapshotv1.VolumeSnapshot] {
-		return snaps.SnapshotV1().VolumeSnapshots(ns)
-	}, newWrites[*snapshotv1.VolumeSnapshot](), opts)
-	w.contents = kube.NewWriter("volumesnapshotcontent", func(string) kube.Client[*snapshotv1.VolumeSnapshotContent] {
-		return contents.SnapshotV1().VolumeSnapshotContents()
-	}, newWrites[*snapshotv1.VolumeSnapshotContent](), opts)
-	w.claims = kube.NewWriter("persistentvolumeclaim", func(ns string) kube.Client[*corev1.PersistentVolumeClaim] {
-		return clients.Kube.CoreV1().PersistentVolumeClaims(ns)
-	}, newWrites[*corev1.PersistentVolumeClaim](), opts)
-	w.groups = kube.NewWriter("volumegroupsnapshot", func(ns string) kube.Client[*groupv1.VolumeGroupSnapshot] {
-		return snaps.GroupsnapshotV1().VolumeGroupSnapshots(ns)
-	}, newWrites[*groupv1.VolumeGroupSnapshot](), opts)
-	w.groupContents = kube.NewWriter("volumegroupsnapshotcontent", func(string) kube.Client[*groupv1.VolumeGroupSnapshotContent] {
-		return contents.GroupsnapshotV1().VolumeGroupSnapshotContents()
-	}, newWrites[*groupv1.VolumeGroupSnapshotContent](), opts)
+	w.snapshots = newWriter[*snapshotv1.VolumeSnapshot]("volumesnapshot", snaps.SnapshotV1().VolumeSnapshots, opts)
+	w.contents = newWriter[*snapshotv1.VolumeSnapshotContent]("volumesnapshotcontent", clusterScoped(contents.SnapshotV1().VolumeSnapshotContents), opts)
+	w.claims = newWriter[*corev1.PersistentVolumeClaim]("persistentvolumeclaim", clients.Kube.CoreV1().PersistentVolumeClaims, opts)
+	w.groups = newWriter[*groupv1.VolumeGroupSnapshot]("volumegroupsnapshot", snaps.GroupsnapshotV1().VolumeGroupSnapshots, opts)
+	w.groupContents = newWriter[*groupv1.VolumeGroupSnapshotContent]("volumegroupsnapshotcontent",
+		clusterScoped(contents.GroupsnapshotV1().VolumeGroupSnapshotContents), opts)
 	return w
+}
+
+// newWriter is the writer of kind through client, the generated typed client of a namespace.
+func newWriter[T kube.Object[T], C kube.Client[T]](kind string, client func(namespace string) C, opts kube.WriterOptions) *kube.Writer[T] {
+	return kube.NewWriter(kind, func(namespace string) kube.Client[T] { return client(namespace) }, newWrites[T](), opts)
+}
+
+// clusterScoped is the typed client of a cluster-scoped kind in the shape of a namespaced one's.
+func clusterScoped[C any](client func() C) func(string) C {
+	return func(string) C { return client() }
 }
 
 // newWrites is an own-write cache that trims what it keeps as the informers do.
