@@ -50,40 +50,25 @@ kubectl -n "$ns" rollout status statefulset/shutter-hostpath --timeout=5m >&2
 done_step "helm install, pods Ready"
 
 workload=localhost/shutter/workload:1.0
+# manifest FILE VAR=VALUE...: test/node/testdata/FILE (the node test's manifests) with its ${VAR}s
+# filled in, comment lines dropped.
+manifest() {
+	local text kv
+	text=$(grep -v '^#' "test/node/testdata/$1")
+	shift
+	for kv in "$@"; do
+		text=${text//"\${${kv%%=*}}"/${kv#*=}}
+	done
+	printf '%s\n' "$text"
+}
 pod() { # name claim args...
-	local name=$1 claim=$2
+	local name=$1 claim=$2 args
 	shift 2
-	local args
-	args=$(printf '"%s",' "$@")
-	cat <<YAML
-apiVersion: v1
-kind: Pod
-metadata: {name: $name}
-spec:
-  hostNetwork: true
-  restartPolicy: Never
-  securityContext: {fsGroup: 65532}
-  containers:
-  - name: workload
-    image: $workload
-    imagePullPolicy: IfNotPresent
-    args: [${args%,}]
-    volumeMounts: [{name: data, mountPath: /data}]
-  volumes:
-  - name: data
-    persistentVolumeClaim: {claimName: $claim}
-YAML
+	args=$(printf '"%s", ' "$@")
+	manifest pod.yaml NAME="$name" IMAGE="$workload" CLAIM="$claim" ARGS="${args%, }"
 }
 claim() { # name [snapshot]
-	cat <<YAML
-apiVersion: v1
-kind: PersistentVolumeClaim
-metadata: {name: $1}
-spec:
-  storageClassName: shutter-hostpath
-  accessModes: [ReadWriteOnce]
-  resources: {requests: {storage: 10Mi}}
-YAML
+	manifest claim.yaml NAME="$1"
 	[[ -z ${2:-} ]] || echo "  dataSource: {apiGroup: snapshot.storage.k8s.io, kind: VolumeSnapshot, name: $2}"
 }
 succeeded() { kubectl wait "pod/$1" --for=jsonpath='{.status.phase}'=Succeeded --timeout=3m >/dev/null; }

@@ -161,15 +161,9 @@ func lastLine(s string) string {
 	return lines[len(lines)-1]
 }
 
+// claimYAML and workloadPod fill in the manifests that hack/demo-node.sh uses too.
 func claimYAML(name, snapshot string) string {
-	s := fmt.Sprintf(`apiVersion: v1
-kind: PersistentVolumeClaim
-metadata: {name: %s, namespace: default}
-spec:
-  storageClassName: shutter-hostpath
-  accessModes: [ReadWriteOnce]
-  resources: {requests: {storage: 10Mi}}
-`, name)
+	s := manifest("claim.yaml", map[string]string{"NAME": name})
 	if snapshot != "" {
 		s += "  dataSource: {apiGroup: snapshot.storage.k8s.io, kind: VolumeSnapshot, name: " + snapshot + "}\n"
 	}
@@ -177,23 +171,24 @@ spec:
 }
 
 func workloadPod(name, claim string, args ...string) string {
-	return fmt.Sprintf(`apiVersion: v1
-kind: Pod
-metadata: {name: %s, namespace: default}
-spec:
-  hostNetwork: true
-  restartPolicy: Never
-  securityContext: {fsGroup: 65532}
-  containers:
-  - name: workload
-    image: %s
-    imagePullPolicy: IfNotPresent
-    args: ["%s"]
-    volumeMounts: [{name: data, mountPath: /data}]
-  volumes:
-  - name: data
-    persistentVolumeClaim: {claimName: %s}
-`, name, cluster.WorkloadImage, strings.Join(args, `", "`), claim)
+	return manifest("pod.yaml", map[string]string{
+		"NAME": name, "IMAGE": cluster.WorkloadImage, "CLAIM": claim, "ARGS": `"` + strings.Join(args, `", "`) + `"`,
+	})
+}
+
+// manifest reads testdata/<file> and fills in its ${VAR}s; a variable it is not given panics.
+func manifest(file string, vars map[string]string) string {
+	b, err := os.ReadFile(filepath.Join("testdata", file))
+	if err != nil {
+		panic(err)
+	}
+	return os.Expand(string(b), func(k string) string {
+		v, ok := vars[k]
+		if !ok {
+			panic(fmt.Sprintf("%s: no value for ${%s}", file, k))
+		}
+		return v
+	})
 }
 
 func snapshotYAML(name string) string {
