@@ -48,10 +48,12 @@ declare -A main=(
   [loopback]=github.com/containernetworking/plugins/plugins/main/loopback
   [csi-provisioner]=github.com/kubernetes-csi/external-provisioner/v6/cmd/csi-provisioner
 )
-declare -A minutes=([etcd]=3 [kube-apiserver]=8 [kube-controller-manager]=3 [kubectl]=2 [helm]=3
+# Rough cold build times on an idle 2-core machine, for the progress message. kubelet and
+# kube-scheduler reuse most of what kube-apiserver compiled (make test builds that first).
+declare -A minutes=([etcd]=2 [kube-apiserver]=10 [kube-controller-manager]=3 [kubectl]=1 [helm]=2
   [controller-gen]=1 [client-gen]=1 [deepcopy-gen]=1 [informer-gen]=1 [lister-gen]=1
-  [kube-scheduler]=10 [kubelet]=5 [containerd]=6 [ctr]=3 [containerd-shim-runc-v2]=2 [runc]=2
-  [loopback]=1 [csi-provisioner]=10)
+  [kube-scheduler]=10 [kubelet]=2 [containerd]=2 [ctr]=1 [containerd-shim-runc-v2]=1 [runc]=1
+  [loopback]=1 [csi-provisioner]=5)
 # runc needs cgo (its nsenter part is C) and libseccomp's headers for seccomp, which pods'
 # RuntimeDefault profile needs (installed with apt when missing); it is built without libpathrs.
 # Everything else is static.
