@@ -6,5 +6,10 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 time=${1:-${FUZZTIME:-10m}}
+# A fuzz worker that is still running when the time is up is stopped before its t.TempDir is
+# removed: give the workers a temporary folder of their own and remove it afterwards.
+tmp=$(mktemp -d "${TMPDIR:-/tmp}/shutter-fuzz.XXXXXX")
+trap 'rm -rf "$tmp"' EXIT
+export TMPDIR=$tmp
 go test -run '^$' -fuzz '^FuzzReplay$' -fuzztime "$time" ./pkg/hostpath/state
 go test -run '^$' -fuzz '^FuzzStartKeepsData$' -fuzztime "$time" ./pkg/hostpath
