@@ -27,6 +27,7 @@ declare -A module=(
   [kube-scheduler]=kubenode [kubelet]=kubenode
   [containerd]=containerd [ctr]=containerd [containerd-shim-runc-v2]=containerd
   [runc]=runc [loopback]=cni [csi-provisioner]=provisioner
+  [upstream-snapshot-controller]=snapshotter [upstream-csi-snapshotter]=snapshotter
 )
 declare -A main=(
   [etcd]=go.etcd.io/etcd/server/v3
@@ -47,13 +48,15 @@ declare -A main=(
   [runc]=github.com/opencontainers/runc
   [loopback]=github.com/containernetworking/plugins/plugins/main/loopback
   [csi-provisioner]=github.com/kubernetes-csi/external-provisioner/v6/cmd/csi-provisioner
+  [upstream-snapshot-controller]=github.com/kubernetes-csi/external-snapshotter/v8/cmd/snapshot-controller
+  [upstream-csi-snapshotter]=github.com/kubernetes-csi/external-snapshotter/v8/cmd/csi-snapshotter
 )
 # Rough cold build times on an idle 2-core machine, for the progress message. kubelet and
 # kube-scheduler reuse most of what kube-apiserver compiled (make test builds that first).
 declare -A minutes=([etcd]=2 [kube-apiserver]=10 [kube-controller-manager]=3 [kubectl]=1 [helm]=2
   [controller-gen]=1 [client-gen]=1 [deepcopy-gen]=1 [informer-gen]=1 [lister-gen]=1
   [kube-scheduler]=10 [kubelet]=2 [containerd]=2 [ctr]=1 [containerd-shim-runc-v2]=1 [runc]=1
-  [loopback]=1 [csi-provisioner]=5)
+  [loopback]=1 [csi-provisioner]=5 [upstream-snapshot-controller]=4 [upstream-csi-snapshotter]=2)
 # runc needs cgo (its nsenter part is C) and libseccomp's headers for seccomp, which pods'
 # RuntimeDefault profile needs (installed with apt when missing); it is built without libpathrs.
 # Everything else is static.

@@ -64,6 +64,9 @@ type Options struct {
 	DataDir string
 	// DriverArgs are extra flags for the driver.
 	DriverArgs []string
+	// ReadyPath is the HTTP path of the sidecar and the controllers that answers 200 once they
+	// serve; default /healthz. (Upstream's images serve only /metrics without leader election.)
+	ReadyPath string
 }
 
 // Stack is the three components running as processes.
@@ -162,7 +165,7 @@ func Start(ctx context.Context, opts Options) (s *Stack, err error) {
 		if err := p.Start(); err != nil {
 			return nil, err
 		}
-		if err := waitHTTP(ctx, p, "http://"+endpoint(ports[i])+"/healthz"); err != nil {
+		if err := waitHTTP(ctx, p, "http://"+endpoint(ports[i])+opts.ReadyPath); err != nil {
 			return nil, err
 		}
 	}
@@ -178,6 +181,9 @@ func withDefaults(o Options) Options {
 	}
 	if o.Verbosity == 0 {
 		o.Verbosity = 2
+	}
+	if o.ReadyPath == "" {
+		o.ReadyPath = "/healthz"
 	}
 	return o
 }

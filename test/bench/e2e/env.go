@@ -64,13 +64,21 @@ func (b *bench) setUp(ctx context.Context) (err error) {
 	if err := stack.Build(ctx, testenv.RepoRoot(), bin); err != nil {
 		return err
 	}
+	if b.opts.upstream {
+		if err := useUpstream(bin); err != nil {
+			return err
+		}
+	}
 	if err := b.startCluster(ctx); err != nil {
 		return err
 	}
 	if err := b.startStack(ctx, bin); err != nil {
 		return err
 	}
-	claims := b.opts.n
+	claims := b.opts.claims
+	if claims == 0 {
+		claims = b.opts.n
+	}
 	if b.opts.scale {
 		claims += b.opts.runs // one more claim per run for the snapshot after the restart
 	}
@@ -130,13 +138,48 @@ func (b *bench) startStack(ctx context.Context, bin string) error {
 		Admin: b.cluster.Config, Chart: b.chart, Verbosity: b.opts.verbosity,
 		// The chart's leader election timing, so that Lease renewals are as in a cluster.
 		LeaseDuration: 15 * time.Second, RenewDeadline: 10 * time.Second, RetryPeriod: 5 * time.Second,
-		ControllerArgs: b.controllerArgs(), SnapshotterArgs: b.sidecarArgs(), ControllerEnv: b.opts.controllerEnv})
+		ControllerArgs: b.controllerArgs(), SnapshotterArgs: b.sidecarArgs(), ControllerEnv: b.opts.controllerEnv,
+		ReadyPath: b.readyPath()})
 	if err != nil {
 		return err
 	}
 	b.stack = s
 	_, err = b.kube.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: namespace}}, metav1.CreateOptions{})
 	return err
+}
+
+// Upstream's binaries in the tool cache (hack/build-tools.sh builds them from their module).
+const (
+	upstreamController = "upstream-snapshot-controller"
+	upstreamSidecar    = "upstream-csi-snapshotter"
+)
+
+// useUpstream replaces snapshot-controller and csi-snapshotter in bin with upstream's, so that
+// test/stack runs them with the same flags, ServiceAccounts and driver.
+func useUpstream(bin string) error {
+	tools, err := testenv.Tools(upstreamController, upstreamSidecar)
+	if err != nil {
+		return err
+	}
+	for name, tool := range map[string]string{"snapshot-controller": upstreamController, "csi-snapshotter": upstreamSidecar} {
+		path := filepath.Join(bin, name)
+		if err := os.Remove(path); err != nil {
+			return err
+		}
+		if err := os.Symlink(filepath.Join(tools, tool), path); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// readyPath is the components' path that answers once they serve: upstream's serve only
+// /metrics.
+func (b *bench) readyPath() string {
+	if b.opts.upstream {
+		return "/metrics"
+	}
+	return "/healthz"
 }
 
 // controllerArgs are the chart's defaults where test/stack picks faster ones for tests, and

@@ -36,6 +36,13 @@ type options struct {
 	controllerFlags []string
 	// controllerEnv is added to the controller's environment.
 	controllerEnv []string
+	// claims is the number of claims to bind; 0 means n.
+	claims int
+	// upstream runs upstream's snapshot-controller and csi-snapshotter instead of Shutter's.
+	upstream bool
+	// waves selects the scale benchmark (scale.go) and holds its settings.
+	waves bool
+	sc    scaleOptions
 }
 
 // results is the JSON file.
@@ -74,7 +81,14 @@ func main() {
 		o.controllerEnv = append(o.controllerEnv, v)
 		return nil
 	})
+	o.sc.addFlags(&o.waves)
 	flag.Parse()
+	if o.waves {
+		if err := o.sc.complete(&o); err != nil {
+			fmt.Fprintf(os.Stderr, "bench-scale: %v\n", err)
+			os.Exit(2)
+		}
+	}
 	if o.n <= 0 {
 		o.n = 200
 		if o.scale {
@@ -86,7 +100,11 @@ func main() {
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	if err := run(ctx, o); err != nil {
+	runner := run
+	if o.waves {
+		runner = runScale
+	}
+	if err := runner(ctx, o); err != nil {
 		fmt.Fprintf(os.Stderr, "bench-e2e: FAILED: %v\n", err)
 		os.Exit(1)
 	}
@@ -135,12 +153,12 @@ func run(ctx context.Context, o options) error {
 // oneRun creates and deletes N snapshots (and with -scale restarts the controller in between).
 func (b *bench) oneRun(ctx context.Context, r int) (runResult, error) {
 	var rr runResult
-	names := make([]string, b.opts.n)
+	names, claims := make([]string, b.opts.n), make([]string, b.opts.n)
 	for i := range names {
-		names[i] = fmt.Sprintf("snap-r%d-%05d", r+1, i)
+		names[i], claims[i] = fmt.Sprintf("snap-r%d-%05d", r+1, i), claimName(i)
 	}
 	b.progress("run %d/%d: create %d VolumeSnapshots at once", r+1, b.opts.runs, b.opts.n)
-	created, err := b.createPhase(ctx, names)
+	created, err := b.createPhase(ctx, names, claims)
 	if err != nil {
 		return rr, err
 	}

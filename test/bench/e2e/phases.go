@@ -38,6 +38,7 @@ func (b *bench) finish(ctx context.Context, name string, w *phaseWindow) (*Phase
 	p.PerSecond = float64(p.Snapshots) / p.WallSeconds
 	slices.Sort(w.latencies)
 	p.LatencyP50, p.LatencyP90 = percentile(w.latencies, 0.5), percentile(w.latencies, 0.9)
+	p.LatencyP99 = percentile(w.latencies, 0.99)
 	p.LatencyMax = percentile(w.latencies, 1)
 	for proc, pid := range b.pids() {
 		s, err := cpuSeconds(pid)
@@ -106,11 +107,12 @@ func (b *bench) sendAll(ctx context.Context, n int, send func(ctx context.Contex
 	return w, sent, err
 }
 
-// createPhase creates every snapshot at once and waits until all are readyToUse.
-func (b *bench) createPhase(ctx context.Context, names []string) (*Phase, error) {
+// createPhase creates every snapshot at once, the i-th of claim claims[i], and waits until all
+// are readyToUse.
+func (b *bench) createPhase(ctx context.Context, names, claims []string) (*Phase, error) {
 	client := b.snaps.SnapshotV1().VolumeSnapshots(namespace)
 	w, sent, err := b.sendAll(ctx, len(names), func(ctx context.Context, i int) error {
-		_, err := client.Create(ctx, stack.NewSnapshot(namespace, names[i], claimName(i), ""), metav1.CreateOptions{})
+		_, err := client.Create(ctx, stack.NewSnapshot(namespace, names[i], claims[i], ""), metav1.CreateOptions{})
 		return err
 	})
 	if err != nil {
@@ -132,6 +134,12 @@ func (b *bench) createPhase(ctx context.Context, names []string) (*Phase, error)
 // deletePhase deletes every snapshot at once and waits until the snapshots, their contents and
 // the driver's backend snapshots are all gone.
 func (b *bench) deletePhase(ctx context.Context, names []string) (*Phase, error) {
+	return b.deleteSome(ctx, names, 0)
+}
+
+// deleteSome deletes the named snapshots at once and waits until they are gone and at most left
+// contents remain; with none left, also until the driver holds no backend snapshot.
+func (b *bench) deleteSome(ctx context.Context, names []string, left int) (*Phase, error) {
 	client := b.snaps.SnapshotV1().VolumeSnapshots(namespace)
 	w, sent, err := b.sendAll(ctx, len(names), func(ctx context.Context, i int) error {
 		return client.Delete(ctx, names[i], metav1.DeleteOptions{})
@@ -145,6 +153,14 @@ func (b *bench) deletePhase(ctx context.Context, names []string) (*Phase, error)
 	backend := -1
 	err = b.waitFor(ctx, "delete", timeoutFor(len(names)), func() (bool, string) {
 		snaps, contents := b.tracker.counts()
+		if left > 0 {
+			_, gone := b.tracker.times(names, true)
+			if gone == len(names) && contents <= left {
+				allGone = time.Now()
+				return true, ""
+			}
+			return false, fmt.Sprintf("%d/%d gone, %d contents left", gone, len(names), contents)
+		}
 		if snaps == 0 && contents == 0 && time.Since(lastList) > 250*time.Millisecond {
 			lastList = time.Now()
 			list, err := b.stack.CSI.ListSnapshots(ctx)

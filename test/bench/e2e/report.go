@@ -49,6 +49,7 @@ type Phase struct {
 	// LatencySeconds are each snapshot's time from its create (delete) call to readyToUse (gone).
 	LatencyP50 float64 `json:"latencyP50Seconds"`
 	LatencyP90 float64 `json:"latencyP90Seconds"`
+	LatencyP99 float64 `json:"latencyP99Seconds"`
 	LatencyMax float64 `json:"latencyMaxSeconds"`
 	// Requests counts the audit log's completed requests in the phase.
 	Requests []request `json:"requests"`

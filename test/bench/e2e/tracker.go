@@ -8,6 +8,7 @@ import (
 	"sync"
 	"time"
 
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/tools/cache"
 
 	snapshotv1 "github.com/shutter-csi/shutter/client/apis/volumesnapshot/v1"
@@ -28,9 +29,11 @@ type tracker struct {
 
 func newTracker(ctx context.Context, client clientset.Interface, namespace string) (*tracker, error) {
 	t := &tracker{ready: map[string]time.Time{}, gone: map[string]time.Time{}}
-	factory := snapinformers.NewSharedInformerFactoryWithOptions(client, 0, snapinformers.WithNamespace(namespace))
+	factory := snapinformers.NewSharedInformerFactoryWithOptions(client, 0, snapinformers.WithNamespace(namespace),
+		snapinformers.WithTransform(trackedFields))
 	snaps := factory.Snapshot().V1().VolumeSnapshots().Informer()
-	contents := snapinformers.NewSharedInformerFactory(client, 0).Snapshot().V1().VolumeSnapshotContents().Informer()
+	contents := snapinformers.NewSharedInformerFactoryWithOptions(client, 0, snapinformers.WithTransform(trackedFields)).
+		Snapshot().V1().VolumeSnapshotContents().Informer()
 	_, err := snaps.AddEventHandler(cache.ResourceEventHandlerFuncs{
 		AddFunc:    t.seen,
 		UpdateFunc: func(_, obj any) { t.seen(obj) },
@@ -46,6 +49,24 @@ func newTracker(ctx context.Context, client clientset.Interface, namespace strin
 		return nil, errors.New("snapshot informers did not sync")
 	}
 	return t, nil
+}
+
+// trackedFields keeps of each object only what the tracker reads (identity and readiness), so
+// that the benchmark's own caches stay small with 50,000 snapshots and contents.
+func trackedFields(obj any) (any, error) {
+	switch o := obj.(type) {
+	case *snapshotv1.VolumeSnapshot:
+		out := &snapshotv1.VolumeSnapshot{ObjectMeta: metav1.ObjectMeta{Namespace: o.Namespace, Name: o.Name,
+			UID: o.UID, ResourceVersion: o.ResourceVersion}}
+		if stack.Ready(o) {
+			out.Status = &snapshotv1.VolumeSnapshotStatus{ReadyToUse: o.Status.ReadyToUse}
+		}
+		return out, nil
+	case *snapshotv1.VolumeSnapshotContent:
+		return &snapshotv1.VolumeSnapshotContent{ObjectMeta: metav1.ObjectMeta{Name: o.Name, UID: o.UID,
+			ResourceVersion: o.ResourceVersion}}, nil
+	}
+	return obj, nil
 }
 
 func (t *tracker) seen(obj any) {
