@@ -44,6 +44,7 @@ func (s *sidecar) run(ctx context.Context) {
 		selectable = selectable && ok
 	}
 	watched := informers.NewSharedInformerFactoryWithOptions(s.snapshots, 0, informers.WithTweakListOptions(s.listOptions(selectable)), informers.WithTransform(controller.TrimMeta))
+	kube.PagedContents(watched, s.listOptions(selectable), controller.TrimMeta)
 	classes := informers.NewSharedInformerFactoryWithOptions(s.snapshots, 0, informers.WithTransform(controller.TrimMeta))
 
 	contents := watched.Snapshot().V1().VolumeSnapshotContents()
@@ -124,7 +125,14 @@ func start[T kube.Object[T]](ctx context.Context, r *reconciler[T], informer cac
 			q.Add(controller.KeyOf(obj))
 		}
 	}
-	if _, err := informer.AddEventHandler(controller.Handler(r.writer.Cache(), add)); err != nil {
+	// The first list's objects are queued paced, as the controller's are: after a restart with
+	// tens of thousands of contents, a new one is taken after a few of them, not after all.
+	addPaced := func(obj T) {
+		if r.mine(obj) {
+			q.AddPaced(controller.KeyOf(obj))
+		}
+	}
+	if _, err := informer.AddEventHandler(controller.HandlerWithInitialList(r.writer.Cache(), add, addPaced)); err != nil {
 		klog.FromContext(ctx).Error(err, "Cannot watch", "queue", name)
 	}
 	return func() {

@@ -7,6 +7,7 @@ import (
 
 	snapinformers "github.com/shutter-csi/shutter/client/informers/externalversions"
 	"github.com/shutter-csi/shutter/pkg/controller"
+	"github.com/shutter-csi/shutter/pkg/kube"
 )
 
 // The informer caches keep only what the reconcilers read. Claims and volumes are cached for
@@ -18,10 +19,13 @@ import (
 // fields a transition changes (finalizers), so the fields dropped here never appear in one.
 
 // InformerFactories returns the informer factories the controller needs, with the cache
-// transforms applied.
+// transforms applied. Snapshots and contents, the kinds that number in the tens of thousands,
+// are listed in pages, each trimmed before the next is read (kube.PagedList).
 func InformerFactories(clients Clients) (informers.SharedInformerFactory, snapinformers.SharedInformerFactory) {
-	return informers.NewSharedInformerFactoryWithOptions(clients.Kube, 0, informers.WithTransform(trimForCache)),
-		snapinformers.NewSharedInformerFactoryWithOptions(clients.Snapshots, 0, snapinformers.WithTransform(trimForCache))
+	snaps := snapinformers.NewSharedInformerFactoryWithOptions(clients.Snapshots, 0, snapinformers.WithTransform(trimForCache))
+	kube.PagedSnapshots(snaps, nil, trimForCache)
+	kube.PagedContents(snaps, nil, trimForCache)
+	return informers.NewSharedInformerFactoryWithOptions(clients.Kube, 0, informers.WithTransform(trimForCache)), snaps
 }
 
 // trimForCache strips an object before it enters an informer cache.

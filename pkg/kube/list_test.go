@@ -1,0 +1,104 @@
+package kube
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/utils/ptr"
+
+	snapshotv1 "github.com/shutter-csi/shutter/client/apis/volumesnapshot/v1"
+	clientset "github.com/shutter-csi/shutter/client/clientset/versioned"
+	"github.com/shutter-csi/shutter/pkg/app"
+	"github.com/shutter-csi/shutter/pkg/controller"
+	"github.com/shutter-csi/shutter/test/testenv"
+)
+
+// TestMain makes informers list as the components do (app.PreferListResponses) and stops the
+// control plane the paged-list test starts without SHUTTER_KUBECONFIG.
+func TestMain(m *testing.M) {
+	app.PreferListResponses()
+	testenv.Main(m)
+}
+
+// listCall is what one List request asked for.
+type listCall struct {
+	limit                    int64
+	resourceVersion, resumed string
+	items                    int
+}
+
+// TestPagedListInformer lists seven snapshots in pages of three against the real API server: the
+// informer's first list (resourceVersion "0", which the API server would serve whole) goes out
+// as a consistent read with the limit, follows the continue tokens, and every cached object has
+// gone through the transform; the watch then carries on from the list's resourceVersion.
+func TestPagedListInformer(t *testing.T) {
+	env := testenv.Start(t)
+	testenv.InstallCRDs(t, env.Config)
+	kube := kubernetes.NewForConfigOrDie(env.Config)
+	snaps := clientset.NewForConfigOrDie(env.Config)
+	ns := testenv.Namespace(t, kube)
+	client := snaps.SnapshotV1().VolumeSnapshots(ns)
+	for i := range 7 {
+		testenv.Create(t, client, snapshotNamed(fmt.Sprintf("snap-%d", i)))
+	}
+
+	var mu sync.Mutex
+	var calls []listCall
+	paged := PagedList[*snapshotv1.VolumeSnapshotList]{
+		List: func(ctx context.Context, opts metav1.ListOptions) (*snapshotv1.VolumeSnapshotList, error) {
+			list, err := client.List(ctx, opts)
+			if err == nil {
+				mu.Lock()
+				calls = append(calls, listCall{limit: opts.Limit, resourceVersion: opts.ResourceVersion, resumed: opts.Continue, items: len(list.Items)})
+				mu.Unlock()
+			}
+			return list, err
+		},
+		Watch: client.Watch, Transform: controller.TrimMeta, PageSize: 3,
+	}
+	informer := paged.Informer(&snapshotv1.VolumeSnapshot{}, 0, cache.Indexers{})
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go informer.RunWithContext(ctx)
+	if !cache.WaitForCacheSync(ctx.Done(), informer.HasSynced) {
+		t.Fatal("informer did not sync")
+	}
+
+	mu.Lock()
+	got := calls
+	mu.Unlock()
+	if len(got) != 3 {
+		t.Fatalf("list calls = %+v, want 3 pages", got)
+	}
+	for i, want := range []int{3, 3, 1} {
+		c := got[i]
+		if c.limit != 3 || c.resourceVersion != "" || c.items != want || (i == 0) != (c.resumed == "") {
+			t.Errorf("page %d: %+v, want limit 3, no resourceVersion, %d items, continue token on later pages only", i, c, want)
+		}
+	}
+	objs := informer.GetStore().List()
+	if len(objs) != 7 {
+		t.Fatalf("cached %d snapshots, want 7", len(objs))
+	}
+	for _, obj := range objs {
+		if vs := obj.(*snapshotv1.VolumeSnapshot); len(vs.ManagedFields) != 0 {
+			t.Errorf("%s kept its managedFields", vs.Name)
+		}
+	}
+
+	testenv.Create(t, client, snapshotNamed("snap-after-sync"))
+	testenv.WaitFor(t, "the watch to deliver the new snapshot", 30*time.Second, func(context.Context) (int, error) {
+		return len(informer.GetStore().List()), nil
+	}, func(n int) bool { return n == 8 })
+}
+
+func snapshotNamed(name string) *snapshotv1.VolumeSnapshot {
+	return &snapshotv1.VolumeSnapshot{ObjectMeta: metav1.ObjectMeta{Name: name},
+		Spec: snapshotv1.VolumeSnapshotSpec{Source: snapshotv1.VolumeSnapshotSource{PersistentVolumeClaimName: ptr.To("claim")}}}
+}
