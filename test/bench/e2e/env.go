@@ -131,6 +131,11 @@ func (b *bench) startStack(ctx context.Context, bin string) error {
 	if err := b.chart.Install(ctx, b.cluster.Kubeconfig); err != nil {
 		return err
 	}
+	if b.opts.upstream {
+		if err := b.grantUpstream(ctx); err != nil {
+			return err
+		}
+	}
 	sa := "system:serviceaccount:" + b.chart.Namespace + ":"
 	b.controllerUser, b.sidecarUser = sa+b.chart.ControllerServiceAccount(), sa+b.chart.HostpathServiceAccount()
 	b.progress("start the components (controller %v, sidecar %v)", b.controllerArgs(), b.sidecarArgs())

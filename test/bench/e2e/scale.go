@@ -34,6 +34,8 @@ type scaleOptions struct {
 	schedules int
 	// plot is the PNG written beside the JSON.
 	plot string
+	// skipShutter runs upstream's side only.
+	skipShutter bool
 }
 
 // upstreamVersion is the external-snapshotter release hack/tools/snapshotter pins.
@@ -56,6 +58,7 @@ func (s *scaleOptions) addFlags(waves *bool) {
 	flag.IntVar(&s.upstreamN, "upstream-n", 5000, "with -waves: N for upstream "+upstreamVersion+" (0 skips upstream)")
 	flag.IntVar(&s.schedules, "schedules", 1000, "with -waves: SnapshotSchedules present during one more wave (0 skips)")
 	flag.StringVar(&s.plot, "plot", "", "with -waves: PNG plot (default the JSON's path with .png)")
+	flag.BoolVar(&s.skipShutter, "upstream-only", false, "with -waves: measure upstream's side only")
 }
 
 // complete fills the defaults that depend on N.
@@ -125,6 +128,8 @@ type sideResult struct {
 	Restart map[string]float64 `json:"restart,omitempty"`
 	// Schedules is the wave taken with the SnapshotSchedules present, and the one before it.
 	Schedules *scheduleResult `json:"schedules,omitempty"`
+	// Stuck times `kubectl shutter stuck -A` with all N present (Shutter's side).
+	Stuck map[string]float64 `json:"stuck,omitempty"`
 }
 
 func runScale(ctx context.Context, o options) error {
@@ -132,7 +137,10 @@ func runScale(ctx context.Context, o options) error {
 		"n": o.n, "wave": o.sc.wave, "checkpoints": o.sc.checkpoints, "atOnce": o.sc.atOnce, "upstreamN": o.sc.upstreamN,
 		"schedules": o.sc.schedules, "qps": o.qps, "burst": o.burst, "v": o.verbosity,
 	}}
-	sides := []options{o}
+	var sides []options
+	if !o.sc.skipShutter {
+		sides = append(sides, o)
+	}
 	if o.sc.upstreamN > 0 {
 		up := o
 		up.upstream, up.n = true, min(o.sc.upstreamN, o.n)
@@ -211,6 +219,11 @@ func (b *bench) scaleSequence(ctx context.Context, side *sideResult) error {
 	b.progress("%s: restart controller and sidecar with %d snapshots present", side.Name, len(names))
 	if side.Restart, err = b.restartBoth(ctx, len(names)); err != nil {
 		return err
+	}
+	if !b.opts.upstream {
+		if side.Stuck, err = b.timeStuck(ctx); err != nil {
+			return err
+		}
 	}
 	if b.opts.sc.schedules > 0 {
 		var more []string

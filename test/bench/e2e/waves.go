@@ -205,6 +205,9 @@ func printScale(w io.Writer, res *scaleResults) {
 			fmt.Fprintf(w, "  restart with all present: new snapshot ready after %.2fs; start-up peak RSS controller %.0f MiB, sidecar %.0f MiB\n",
 				r["ready_after_restart_s"], r[procController+".peak_rss_after_restart_mib"], r[procSidecar+".peak_rss_after_restart_mib"])
 		}
+		if s := side.Stuck; s != nil {
+			fmt.Fprintf(w, "  kubectl shutter stuck -A with all present: %.2fs, peak RSS %.0f MiB\n", s["stuck_all_s"], s["stuck_all_peak_rss_mib"])
+		}
 		if s := side.Schedules; s != nil {
 			fmt.Fprintf(w, "  %d schedules: wave before %.1f/s, controller %.1f ms, API server %.1f ms per snapshot; with them %.1f/s, %.1f ms, %.1f ms\n",
 				s.Count, s.Before.PerSecond, s.Before.CPUMsPerSnapshot[procController], s.Before.CPUMsPerSnapshot[procAPIServer],
