@@ -247,6 +247,36 @@ func TestAddPacedLetsNewKeysThrough(t *testing.T) {
 	}
 }
 
+// TestResyncIsPaced: a resync of many keys does not queue a change made meanwhile behind all of
+// them.
+func TestResyncIsPaced(t *testing.T) {
+	q := NewQueue[string]("resync", Options{}, func(context.Context, string) error { return nil })
+	defer q.ShutDown()
+	keys := make([]string, 5000)
+	for i := range keys {
+		keys[i] = fmt.Sprintf("listed-%d", i)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	start := time.Now()
+	// Resync lists at once and returns after that first round, its context being done.
+	Resync(ctx, q, time.Hour, func() []string {
+		cancel()
+		return keys
+	})
+	q.Add("new")
+	due := int(time.Since(start)/paceInterval) + 50
+	for i := 0; ; i++ {
+		key, _ := q.queue.Get()
+		q.queue.Done(key)
+		if key == "new" {
+			if i > due {
+				t.Errorf("the new key came after %d resynced keys, want at most %d", i, due)
+			}
+			return
+		}
+	}
+}
+
 func TestProcessedSignal(t *testing.T) {
 	boom := errors.New("boom")
 	calls := make(chan Result, 1)

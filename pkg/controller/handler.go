@@ -68,13 +68,15 @@ func KeyOf(obj metav1.Object) Key { return Key{Namespace: obj.GetNamespace(), Na
 
 // Resync adds every key that list returns, once per period, until ctx is done: the safety net
 // that catches anything a missed event would otherwise leave waiting. A period of 0 disables it.
+// The keys are added paced (AddPaced), so that with tens of thousands of objects the changes
+// happening meanwhile are not queued behind all of them.
 func Resync[K comparable](ctx context.Context, q *Queue[K], period time.Duration, list func() []K) {
 	if period <= 0 {
 		return
 	}
 	wait.Until(func() {
 		for _, key := range list() {
-			q.Add(key)
+			q.AddPaced(key)
 		}
 	}, period, ctx.Done())
 }
