@@ -43,6 +43,8 @@ type Options struct {
 	AuditPolicy string
 	// APIServerArgs are extra kube-apiserver flags.
 	APIServerArgs []string
+	// EtcdArgs are extra etcd flags.
+	EtcdArgs []string
 	// Progress receives a line per step; nil discards them.
 	Progress io.Writer
 	// Node, when set, starts a node as well; BinDir must then hold NodeTools too.
@@ -115,7 +117,7 @@ func Start(ctx context.Context, opts Options) (c *Cluster, err error) {
 	}
 
 	fmt.Fprintf(opts.Progress, "cluster: starting etcd on %s\n", etcdURL)
-	if err := c.run(opts, "etcd", etcdArgs(dir, etcdURL, ports[1])); err != nil {
+	if err := c.run(opts, "etcd", append(etcdArgs(dir, etcdURL, ports[1]), opts.EtcdArgs...)); err != nil {
 		return nil, err
 	}
 	if err := c.waitHealthy(ctx, etcdURL+"/health", nil); err != nil {

@@ -107,7 +107,10 @@ func (b *bench) startCluster(ctx context.Context) error {
 		// The chart's driver pod is privileged; a large audit buffer so that bursts drop nothing,
 		// and no rotation of the audit log (the API server rotates at 100 MB unless told, which
 		// 5,000 snapshots pass: the delete phase then counted no writes).
-		APIServerArgs: []string{"--allow-privileged=true", "--audit-log-batch-buffer-size=200000", "--audit-log-maxsize=100000"}})
+		APIServerArgs: []string{"--allow-privileged=true", "--audit-log-batch-buffer-size=200000", "--audit-log-maxsize=100000"},
+		// etcd's default 2 GiB quota is near what 50,000 snapshots and contents with their history
+		// between compactions take.
+		EtcdArgs: []string{"--quota-backend-bytes=8589934592"}})
 	if err != nil {
 		return err
 	}
