@@ -49,6 +49,8 @@ type Options struct {
 	For time.Duration
 	// SortBy orders stuck objects: age (oldest first), name, namespace, kind or reason.
 	SortBy string
+	// ChunkSize is the page size of lists; 0 reads them whole.
+	ChunkSize int64
 	// Args are the command and its arguments: describe KIND NAME, or stuck.
 	Args []string
 	// Out receives the result, Err the notes.
@@ -66,7 +68,11 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 	fs.StringVarP(&o.Output, "output", "o", "", "Output format: json, yaml, or wide (stuck).")
 	fs.DurationVar(&o.For, "for", 5*time.Minute, "stuck: how long an object must have been not ready, or not deleted.")
 	fs.StringVar(&o.SortBy, "sort-by", "age", "stuck: order by age (oldest first), name, namespace, kind or reason.")
+	fs.Int64Var(&o.ChunkSize, "chunk-size", defaultChunkSize, "Read large lists in chunks of this many objects rather than all at once, as kubectl does; 0 reads them whole.")
 }
+
+// defaultChunkSize is --chunk-size's default, kubectl's.
+const defaultChunkSize = 500
 
 // Usage is the plugin's help text.
 const Usage = `kubectl shutter explains why a volume snapshot is not ready or not deleted.
@@ -142,6 +148,10 @@ func connect(opts Options) (*store, string, error) {
 		return nil, "", fmt.Errorf("kubeconfig: %w", err)
 	}
 	cfg.UserAgent = "kubectl-shutter"
+	if cfg.QPS == 0 {
+		// kubectl's limits: with 50,000 snapshots, stuck -A reads about 200 pages.
+		cfg.QPS, cfg.Burst = 50, 300
+	}
 	kube, err := kubernetes.NewForConfig(cfg)
 	if err != nil {
 		return nil, "", err
@@ -150,7 +160,7 @@ func connect(opts Options) (*store, string, error) {
 	if err != nil {
 		return nil, "", err
 	}
-	return newStore(kube, snap, opts.Now()), namespace, nil
+	return newStore(kube, snap, opts.Now(), opts.ChunkSize), namespace, nil
 }
 
 // writeStructured writes v as JSON or YAML.

@@ -98,21 +98,21 @@ type store struct {
 	leasesRead bool
 }
 
-func newStore(kube kubernetes.Interface, snap clientset.Interface, now time.Time) *store {
+func newStore(kube kubernetes.Interface, snap clientset.Interface, now time.Time, chunk int64) *store {
 	s := &store{kube: kube, snap: snap, now: now}
 	v1, g1, core := snap.SnapshotV1(), snap.GroupsnapshotV1(), kube.CoreV1()
-	s.snapshots = objectsOf(v1.VolumeSnapshots, func(l *snapshotv1.VolumeSnapshotList) []snapshotv1.VolumeSnapshot { return l.Items })
-	s.contents = objectsOf(clusterScoped(v1.VolumeSnapshotContents),
+	s.snapshots = objectsOf(chunk, v1.VolumeSnapshots, func(l *snapshotv1.VolumeSnapshotList) []snapshotv1.VolumeSnapshot { return l.Items })
+	s.contents = objectsOf(chunk, clusterScoped(v1.VolumeSnapshotContents),
 		func(l *snapshotv1.VolumeSnapshotContentList) []snapshotv1.VolumeSnapshotContent { return l.Items })
-	s.classes = objectsOf(clusterScoped(v1.VolumeSnapshotClasses),
+	s.classes = objectsOf(chunk, clusterScoped(v1.VolumeSnapshotClasses),
 		func(l *snapshotv1.VolumeSnapshotClassList) []snapshotv1.VolumeSnapshotClass { return l.Items })
-	s.groups = objectsOf(g1.VolumeGroupSnapshots, func(l *groupv1.VolumeGroupSnapshotList) []groupv1.VolumeGroupSnapshot { return l.Items })
-	s.groupContents = objectsOf(clusterScoped(g1.VolumeGroupSnapshotContents),
+	s.groups = objectsOf(chunk, g1.VolumeGroupSnapshots, func(l *groupv1.VolumeGroupSnapshotList) []groupv1.VolumeGroupSnapshot { return l.Items })
+	s.groupContents = objectsOf(chunk, clusterScoped(g1.VolumeGroupSnapshotContents),
 		func(l *groupv1.VolumeGroupSnapshotContentList) []groupv1.VolumeGroupSnapshotContent { return l.Items })
-	s.groupClasses = objectsOf(clusterScoped(g1.VolumeGroupSnapshotClasses),
+	s.groupClasses = objectsOf(chunk, clusterScoped(g1.VolumeGroupSnapshotClasses),
 		func(l *groupv1.VolumeGroupSnapshotClassList) []groupv1.VolumeGroupSnapshotClass { return l.Items })
-	s.claims = objectsOf(core.PersistentVolumeClaims, func(l *corev1.PersistentVolumeClaimList) []corev1.PersistentVolumeClaim { return l.Items })
-	s.volumes = objectsOf(clusterScoped(core.PersistentVolumes), func(l *corev1.PersistentVolumeList) []corev1.PersistentVolume { return l.Items })
+	s.claims = objectsOf(chunk, core.PersistentVolumeClaims, func(l *corev1.PersistentVolumeClaimList) []corev1.PersistentVolumeClaim { return l.Items })
+	s.volumes = objectsOf(chunk, clusterScoped(core.PersistentVolumes), func(l *corev1.PersistentVolumeList) []corev1.PersistentVolume { return l.Items })
 	return s
 }
 
@@ -123,24 +123,33 @@ type typedClient[T, L any] interface {
 }
 
 // objectsOf reads objects of type T through client, the typed client of a namespace; items
-// returns a list's items.
+// returns a list's items. Lists come in pages of chunk objects (0: whole): with 50,000 snapshots
+// a list in one piece would hold every object, as received and as decoded, at once. Each
+// object's managedFields, which nothing here reads, are dropped as its page arrives.
 func objectsOf[T any, PT interface {
 	*T
 	metav1.Object
-}, L any, C typedClient[PT, L]](client func(namespace string) C, items func(L) []T) *objects[PT] {
+}, L metav1.ListInterface, C typedClient[PT, L]](chunk int64, client func(namespace string) C, items func(L) []T) *objects[PT] {
 	return newObjects(func(ctx context.Context, namespace, name string) (PT, error) {
 		return client(namespace).Get(ctx, name, metav1.GetOptions{})
 	}, func(ctx context.Context, namespace string) ([]PT, error) {
-		list, err := client(namespace).List(ctx, metav1.ListOptions{})
-		if err != nil {
-			return nil, err
+		var out []PT
+		opts := metav1.ListOptions{Limit: chunk}
+		for {
+			list, err := client(namespace).List(ctx, opts)
+			if err != nil {
+				return nil, err
+			}
+			all := items(list)
+			for i := range all {
+				obj := PT(&all[i])
+				obj.SetManagedFields(nil)
+				out = append(out, obj)
+			}
+			if opts.Continue = list.GetContinue(); opts.Continue == "" {
+				return out, nil
+			}
 		}
-		all := items(list)
-		out := make([]PT, len(all))
-		for i := range all {
-			out[i] = &all[i]
-		}
-		return out, nil
 	})
 }
 

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"sync"
 	"text/tabwriter"
 	"time"
 
@@ -194,8 +195,16 @@ func (s *store) preload(ctx context.Context, namespace string) error {
 		{"volumegroupsnapshotcontents", func() error { _, err := s.groupContents.List(ctx, allNamespaces); return err }},
 		{"volumegroupsnapshotclasses", func() error { _, err := s.groupClasses.List(ctx, allNamespaces); return err }},
 	}
-	for _, l := range loads {
-		err := l.list()
+	// The kinds are listed side by side: with tens of thousands of snapshots and contents, their
+	// lists' decoding is most of the command's time, and it takes a core each.
+	errs := make([]error, len(loads))
+	var wg sync.WaitGroup
+	for i, l := range loads {
+		wg.Go(func() { errs[i] = l.list() })
+	}
+	wg.Wait()
+	for i, l := range loads {
+		err := errs[i]
 		optional := strings.HasPrefix(l.name, "volumegroup") && apierrors.IsNotFound(err) || l.name == "persistentvolumes" && forbidden(err)
 		if err != nil && !optional {
 			return fmt.Errorf("list %s: %w", l.name, err)
