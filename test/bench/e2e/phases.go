@@ -193,32 +193,40 @@ func (b *bench) restartPhase(ctx context.Context, run int) (map[string]float64, 
 		return nil, err
 	}
 	name := fmt.Sprintf("after-restart-r%d", run+1)
-	claim := claimName(b.opts.n + run)
-	client := b.snaps.SnapshotV1().VolumeSnapshots(namespace)
-	if _, err := client.Create(ctx, stack.NewSnapshot(namespace, name, claim, ""), metav1.CreateOptions{}); err != nil {
+	if err := b.timeNewSnapshot(ctx, name, claimName(b.opts.n+run), start, out); err != nil {
 		return nil, err
 	}
-	created := time.Now()
-	err := b.waitFor(ctx, "restart", 5*time.Minute, func() (bool, string) {
-		_, n := b.tracker.times([]string{name}, false)
-		return n == 1, "new snapshot not ready yet"
-	})
-	if err != nil {
-		return nil, err
-	}
-	ready, _ := b.tracker.times([]string{name}, false)
-	out["ready_after_restart_s"] = ready[0].Sub(start).Seconds()
-	out["ready_after_create_s"] = ready[0].Sub(created).Seconds()
 	out["controller_rss_after_mib"] = memoryMiB(ctrl.Pid(), "VmRSS")
 	b.progress("  new snapshot ready %.2fs after the restart", out["ready_after_restart_s"])
 	// Out of the measured phases: the extra snapshot goes before the delete phase starts.
-	if err := client.Delete(ctx, name, metav1.DeleteOptions{}); err != nil {
+	if err := b.snaps.SnapshotV1().VolumeSnapshots(namespace).Delete(ctx, name, metav1.DeleteOptions{}); err != nil {
 		return nil, err
 	}
 	return out, b.waitFor(ctx, "restart cleanup", 5*time.Minute, func() (bool, string) {
 		_, n := b.tracker.times([]string{name}, true)
 		return n == 1, "extra snapshot not gone yet"
 	})
+}
+
+// timeNewSnapshot creates snapshot name of claim and waits until it is readyToUse, recording
+// in out how long that took from start (a restart) and from its creation.
+func (b *bench) timeNewSnapshot(ctx context.Context, name, claim string, start time.Time, out map[string]float64) error {
+	client := b.snaps.SnapshotV1().VolumeSnapshots(namespace)
+	if _, err := client.Create(ctx, stack.NewSnapshot(namespace, name, claim, ""), metav1.CreateOptions{}); err != nil {
+		return err
+	}
+	created := time.Now()
+	err := b.waitFor(ctx, "restart", 10*time.Minute, func() (bool, string) {
+		_, n := b.tracker.times([]string{name}, false)
+		return n == 1, "new snapshot not ready yet"
+	})
+	if err != nil {
+		return err
+	}
+	ready, _ := b.tracker.times([]string{name}, false)
+	out["ready_after_restart_s"] = ready[0].Sub(start).Seconds()
+	out["ready_after_create_s"] = ready[0].Sub(created).Seconds()
+	return nil
 }
 
 // latencies are done-sent per snapshot, and the last done.

@@ -9,8 +9,6 @@ import (
 	"slices"
 	"time"
 
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-
 	"github.com/shutter-csi/shutter/test/stack"
 )
 
@@ -153,28 +151,16 @@ func (b *bench) restartBoth(ctx context.Context, present int) (map[string]float6
 		}
 	}
 	name := "after-restart"
-	_, err := b.snaps.SnapshotV1().VolumeSnapshots(namespace).Create(ctx, stack.NewSnapshot(namespace, name, claimName(0), ""), metav1.CreateOptions{})
-	if err != nil {
+	if err := b.timeNewSnapshot(ctx, name, claimName(0), start, out); err != nil {
 		return nil, err
 	}
-	created := time.Now()
-	err = b.waitFor(ctx, "restart", 10*time.Minute, func() (bool, string) {
-		_, n := b.tracker.times([]string{name}, false)
-		return n == 1, "new snapshot not ready yet"
-	})
-	if err != nil {
-		return nil, err
-	}
-	ready, _ := b.tracker.times([]string{name}, false)
-	out["ready_after_restart_s"] = ready[0].Sub(start).Seconds()
-	out["ready_after_create_s"] = ready[0].Sub(created).Seconds()
 	for name, p := range procs {
 		out[name+".peak_rss_after_restart_mib"] = memoryMiB(p.Pid(), "VmHWM")
 		out[name+".cpu_s_after_restart"], _ = cpuSeconds(p.Pid())
 	}
 	b.progress("  new snapshot ready %.2fs after the restart (controller peak %.0f MiB, sidecar peak %.0f MiB)",
 		out["ready_after_restart_s"], out[procController+".peak_rss_after_restart_mib"], out[procSidecar+".peak_rss_after_restart_mib"])
-	_, err = b.deleteSome(ctx, []string{name}, present)
+	_, err := b.deleteSome(ctx, []string{name}, present)
 	return out, err
 }
 
