@@ -25,6 +25,7 @@ func claimName(i int) string { return fmt.Sprintf("claim-%05d", i) }
 
 // createClaims creates count driver volumes and binds a PersistentVolume and claim to each.
 func (b *bench) createClaims(ctx context.Context, count int) error {
+	b.handles = make([]string, count)
 	return parallel(ctx, count, 16, b.createClaim)
 }
 
@@ -37,6 +38,7 @@ func (b *bench) createClaim(ctx context.Context, i int) error {
 	if err != nil {
 		return err
 	}
+	b.handles[i] = id
 	size := *resource.NewQuantity(volumeSize, resource.BinarySI)
 	modes := []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOnce}
 	pvName := "pv-" + namespace + "-" + name

@@ -44,6 +44,8 @@ type bench struct {
 	tracker  *tracker
 	cancel   context.CancelFunc
 	warnings []string
+	// handles are the claims' volume handles, by claim index.
+	handles []string
 	// controllerUser and sidecarUser are the ServiceAccount user names of the components.
 	controllerUser, sidecarUser string
 }

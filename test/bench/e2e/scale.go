@@ -36,6 +36,8 @@ type scaleOptions struct {
 	plot string
 	// skipShutter runs upstream's side only.
 	skipShutter bool
+	// fill writes the snapshots between the measured waves straight into the API (fill.go).
+	fill bool
 }
 
 // upstreamVersion is the external-snapshotter release hack/tools/snapshotter pins.
@@ -59,6 +61,7 @@ func (s *scaleOptions) addFlags(waves *bool) {
 	flag.IntVar(&s.schedules, "schedules", 1000, "with -waves: SnapshotSchedules present during one more wave (0 skips)")
 	flag.StringVar(&s.plot, "plot", "", "with -waves: PNG plot (default the JSON's path with .png)")
 	flag.BoolVar(&s.skipShutter, "upstream-only", false, "with -waves: measure upstream's side only")
+	flag.BoolVar(&s.fill, "fill", false, "with -waves: measure every wave up to 1,000 and the wave reaching each checkpoint; write the snapshots in between straight into the API with the components stopped")
 }
 
 // complete fills the defaults that depend on N.
@@ -126,6 +129,8 @@ type sideResult struct {
 	Delete []*wave `json:"delete"`
 	// Restart is the restart of both components with all N present.
 	Restart map[string]float64 `json:"restart,omitempty"`
+	// Starts are the components' starts after each -fill, with the snapshots then present.
+	Starts []map[string]float64 `json:"starts,omitempty"`
 	// Schedules is the wave taken with the SnapshotSchedules present, and the one before it.
 	Schedules *scheduleResult `json:"schedules,omitempty"`
 	// Stuck times `kubectl shutter stuck -A` with all N present (Shutter's side).
@@ -135,7 +140,7 @@ type sideResult struct {
 func runScale(ctx context.Context, o options) error {
 	res := &scaleResults{Started: time.Now(), Options: map[string]any{
 		"n": o.n, "wave": o.sc.wave, "checkpoints": o.sc.checkpoints, "atOnce": o.sc.atOnce, "upstreamN": o.sc.upstreamN,
-		"schedules": o.sc.schedules, "qps": o.qps, "burst": o.burst, "v": o.verbosity,
+		"schedules": o.sc.schedules, "qps": o.qps, "burst": o.burst, "v": o.verbosity, "fill": o.sc.fill,
 	}}
 	var sides []options
 	if !o.sc.skipShutter {
@@ -213,7 +218,7 @@ func (b *bench) scaleSequence(ctx context.Context, side *sideResult) error {
 		}
 	}
 	var names []string
-	if side.Create, names, err = b.wavesUp(ctx, side.Name); err != nil {
+	if side.Create, names, err = b.wavesUp(ctx, side); err != nil {
 		return err
 	}
 	b.progress("%s: restart controller and sidecar with %d snapshots present", side.Name, len(names))
@@ -232,7 +237,7 @@ func (b *bench) scaleSequence(ctx context.Context, side *sideResult) error {
 		}
 		names = append(names, more...)
 	}
-	side.Delete, err = b.wavesDown(ctx, side.Name, names)
+	side.Delete, err = b.wavesDown(ctx, side, names)
 	return err
 }
 

@@ -51,3 +51,36 @@ func TestPlotScaleWritesPNG(t *testing.T) {
 		t.Errorf("plot is %dx%d, want at least 1000x900 for six panels", cfg.Width, cfg.Height)
 	}
 }
+
+func TestFillGapEndsWavesOnCheckpoints(t *testing.T) {
+	b := &bench{opts: options{sc: scaleOptions{fill: true, wave: 500, checkpoints: []int{1000, 5000, 10000, 50000}}}}
+	for _, tc := range []struct{ present, want int }{
+		{present: 0, want: 0},       // below the baseline every wave is measured
+		{present: 500, want: 0},     // the second wave reaches 1,000
+		{present: 1000, want: 3500}, // filled to 4,500, the wave reaches 5,000
+		{present: 5000, want: 4500},
+		{present: 10000, want: 39500},
+		{present: 50000, want: 0},
+	} {
+		if got := b.fillGap(tc.present); got != tc.want {
+			t.Errorf("fillGap(%d) = %d, want %d", tc.present, got, tc.want)
+		}
+	}
+	b.opts.sc.fill = false
+	if got := b.fillGap(1000); got != 0 {
+		t.Errorf("without -fill, fillGap(1000) = %d, want 0", got)
+	}
+}
+
+func TestTrailingRun(t *testing.T) {
+	names := []string{"w00000-00000", "fill-000001", "fill-000002", "w00003-00000", "w00003-00001"}
+	if got := trailingRun(names, false); got != 2 {
+		t.Errorf("measured tail = %d, want 2", got)
+	}
+	if got := trailingRun(names[:3], true); got != 2 {
+		t.Errorf("filled tail = %d, want 2", got)
+	}
+	if got := trailingRun(names[:3], false); got != 0 {
+		t.Errorf("measured tail of a filled end = %d, want 0", got)
+	}
+}

@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/shutter-csi/shutter/test/stack"
@@ -80,12 +81,22 @@ func (b *bench) etcdMiB() float64 {
 }
 
 // wavesUp creates N snapshots in waves, snapshot i of a wave from claim i, and returns the
-// waves and every name.
-func (b *bench) wavesUp(ctx context.Context, side string) ([]*wave, []string, error) {
+// waves and every name. With -fill, the snapshots between the waves up to 1,000 and the wave
+// that reaches each checkpoint are filled in (fill.go), and the starts after each fill go to
+// side.Starts.
+func (b *bench) wavesUp(ctx context.Context, side *sideResult) ([]*wave, []string, error) {
 	var waves []*wave
 	var all []string
 	size := b.opts.sc.wave
 	for index := 0; len(all) < b.opts.n; index++ {
+		if gap := b.fillGap(len(all)); gap > 0 {
+			names, start, err := b.fill(ctx, len(all), gap, len(all))
+			if err != nil {
+				return waves, all, err
+			}
+			all = append(all, names...)
+			side.Starts = append(side.Starts, start)
+		}
 		count := min(size, b.opts.n-len(all))
 		names, claims := make([]string, count), make([]string, count)
 		for i := range names {
@@ -98,18 +109,46 @@ func (b *bench) wavesUp(ctx context.Context, side string) ([]*wave, []string, er
 		all = append(all, names...)
 		w := b.waveOf(p, index, len(all), b.checkpoint(len(all)-count, len(all)))
 		waves = append(waves, w)
-		b.progressWave(side, w)
+		b.progressWave(side.Name, w)
 	}
 	return waves, all, nil
 }
 
-// wavesDown deletes names in waves of the wave size, newest first.
-func (b *bench) wavesDown(ctx context.Context, side string, names []string) ([]*wave, error) {
+// fillBaseline is the number of snapshots up to which -fill measures every wave: the waves the
+// flatness of the cost per snapshot is compared with.
+const fillBaseline = 1000
+
+// fillGap is how many snapshots -fill writes before the next wave, with present there: enough
+// that the wave ends on the next checkpoint; none below fillBaseline or without -fill.
+func (b *bench) fillGap(present int) int {
+	if !b.opts.sc.fill || present < fillBaseline {
+		return 0
+	}
+	for _, c := range slices.Sorted(slices.Values(b.opts.sc.checkpoints)) {
+		if c > present {
+			return max(0, c-b.opts.sc.wave-present)
+		}
+	}
+	return 0
+}
+
+// wavesDown deletes names in waves of the wave size, newest first; filled snapshots are removed
+// in one go per run of them (fill.go), and the starts after that go to side.Starts.
+func (b *bench) wavesDown(ctx context.Context, side *sideResult, names []string) ([]*wave, error) {
 	var waves []*wave
 	size := b.opts.sc.wave
 	for index := 0; len(names) > 0; index++ {
 		present := len(names)
-		batch := names[max(0, present-size):]
+		if filled := trailingRun(names, true); filled > 0 {
+			start, err := b.unfill(ctx, names[present-filled:], present)
+			if err != nil {
+				return waves, err
+			}
+			side.Starts = append(side.Starts, start)
+			names = names[:present-filled]
+			continue
+		}
+		batch := names[max(0, present-size, present-trailingRun(names, false)):]
 		names = names[:present-len(batch)]
 		p, err := b.deleteSome(ctx, batch, len(names))
 		if err != nil {
@@ -117,9 +156,19 @@ func (b *bench) wavesDown(ctx context.Context, side string, names []string) ([]*
 		}
 		w := b.waveOf(p, index, present, b.checkpoint(len(names), present))
 		waves = append(waves, w)
-		b.progressWave(side, w)
+		b.progressWave(side.Name, w)
 	}
 	return waves, nil
+}
+
+// trailingRun is the number of snapshots at the end of names that were filled (or, with filled
+// false, that were not).
+func trailingRun(names []string, filled bool) int {
+	n := 0
+	for n < len(names) && strings.HasPrefix(names[len(names)-1-n], fillPrefix) == filled {
+		n++
+	}
+	return n
 }
 
 // checkpoint tells whether a wave that took the snapshot count over (from, to] crosses one of
@@ -186,6 +235,10 @@ func printScale(w io.Writer, res *scaleResults) {
 				wv.Index, wv.PerSecond, wv.LatencyP50, wv.LatencyP99, wv.CPUMsPerSnapshot[procAPIServer],
 				wv.CPUMsPerSnapshot[procController], wv.CPUMsPerSnapshot[procSidecar], wv.RSSMiB[procController],
 				wv.RSSMiB[procSidecar], wv.EtcdMiB, wv.Load)
+		}
+		for _, r := range side.Starts {
+			fmt.Fprintf(w, "  start with %.0f present after a fill: new snapshot ready after %.2fs; peak RSS controller %.0f MiB, sidecar %.0f MiB\n",
+				r["snapshots"], r["ready_after_restart_s"], r[procController+".peak_rss_after_restart_mib"], r[procSidecar+".peak_rss_after_restart_mib"])
 		}
 		if r := side.Restart; r != nil {
 			fmt.Fprintf(w, "  restart with all present: new snapshot ready after %.2fs; start-up peak RSS controller %.0f MiB, sidecar %.0f MiB\n",
