@@ -138,6 +138,7 @@ func (b *bench) startBoth(ctx context.Context, present int) (map[string]float64,
 	for proc, pid := range b.pids() {
 		if proc == procController || proc == procSidecar {
 			out[proc+".peak_rss_after_restart_mib"] = memoryMiB(pid, "VmHWM")
+			out[proc+".cpu_s_after_restart"], _ = cpuSeconds(pid)
 		}
 	}
 	b.progress("  new snapshot ready %.2fs after the start with %d present (controller peak %.0f MiB, sidecar peak %.0f MiB)",
