@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # build-tools.sh builds the binaries Shutter's tests and demo run beside it (etcd, kube-apiserver,
 # kube-controller-manager, kubectl, helm; for the local node kube-scheduler, kubelet, containerd,
-# ctr, containerd-shim-runc-v2, runc, the CNI loopback plugin and csi-provisioner) from the pinned
-# modules under hack/tools, into a per-user cache folder keyed by the pinned versions. It rebuilds
+# ctr, containerd-shim-runc-v2, runc, the CNI loopback plugin and csi-provisioner; for
+# `make bench-scale` upstream-snapshot-controller and upstream-csi-snapshotter, upstream's
+# external-snapshotter) from the pinned modules under hack/tools, into a per-user cache folder
+# keyed by the pinned versions. It rebuilds
 # only what is missing and prints the folder that holds the binaries as its last line.
 #
 # Usage: hack/build-tools.sh [--check] [binary|node...]   (default: the control plane, kubectl and
