@@ -226,7 +226,8 @@ func (c *Controller) onSnapshot(vs *snapshotv1.VolumeSnapshot) {
 	c.single.onMember(vs)
 }
 
-// onClaim queues the snapshots taken of a claim and the one it is restored from.
+// onClaim queues the snapshots of a claim that still depend on it (bySourcePVC) and the one it
+// is restored from.
 func (c *Controller) onClaim(pvc *corev1.PersistentVolumeClaim) {
 	for _, vs := range indexed[*snapshotv1.VolumeSnapshot](c.single.snapshotIndexer, bySourcePVC, nsName(pvc.Namespace, pvc.Name)) {
 		c.singles.snapshotQueue.Add(controller.KeyOf(vs))

@@ -10,7 +10,8 @@ import (
 // Index names. Every lookup a sync makes goes through the lister or one of these, never a walk
 // over a whole list.
 const (
-	// bySourcePVC indexes VolumeSnapshots by the "namespace/name" of their source claim.
+	// bySourcePVC indexes the VolumeSnapshots that still depend on their source claim (see
+	// snapshotsBySourcePVC) by the claim's "namespace/name".
 	bySourcePVC = "sourcePVC"
 	// byRestoreSource indexes claims by the "namespace/name" of the VolumeSnapshot they are
 	// restored from.
@@ -23,9 +24,16 @@ const (
 
 func nsName(namespace, name string) string { return namespace + "/" + name }
 
+// snapshotsBySourcePVC indexes a snapshot under its source claim while the snapshot still
+// depends on it: until it is ready (it waits for the claim, holds its finalizer, or failed on
+// it), and while it is being deleted. A ready snapshot needs nothing more of its claim, and is
+// left out: a backup product keeps a hundred snapshots of each claim, and every write to the
+// claim (its finalizer goes on and off for each new snapshot) would otherwise wake all of them,
+// and releasing the claim would look at all of them, a cost per snapshot that grows with their
+// number.
 func snapshotsBySourcePVC(obj any) ([]string, error) {
 	vs, ok := obj.(*snapshotv1.VolumeSnapshot)
-	if !ok || vs.Spec.Source.PersistentVolumeClaimName == nil {
+	if !ok || vs.Spec.Source.PersistentVolumeClaimName == nil || isReady(vs) && vs.DeletionTimestamp == nil {
 		return nil, nil
 	}
 	return []string{nsName(vs.Namespace, *vs.Spec.Source.PersistentVolumeClaimName)}, nil
