@@ -122,8 +122,11 @@ func (p PagedList[L]) appendTrimmed(items []runtime.Object, page runtime.Object)
 	return items, err
 }
 
-// byNamespace is the index the generated informers carry.
-var byNamespace = cache.Indexers{cache.NamespaceIndex: cache.MetaNamespaceIndexFunc}
+// byNamespace is the index the generated informers carry, a new map for each informer: an
+// informer keeps the map it is given and adds later indexers to it.
+func byNamespace() cache.Indexers {
+	return cache.Indexers{cache.NamespaceIndex: cache.MetaNamespaceIndexFunc}
+}
 
 // PagedSnapshots makes factory's VolumeSnapshot informer list in pages (PagedList), with tweak
 // applied to its options and transform, the factory's own transform, applied to each page. Call
@@ -132,7 +135,7 @@ func PagedSnapshots(factory snapinformers.SharedInformerFactory, tweak func(*met
 	factory.InformerFor(&snapshotv1.VolumeSnapshot{}, func(client clientset.Interface, resync time.Duration) cache.SharedIndexInformer {
 		c := client.SnapshotV1().VolumeSnapshots(metav1.NamespaceAll)
 		return PagedList[*snapshotv1.VolumeSnapshotList]{List: c.List, Watch: c.Watch, Tweak: tweak, Transform: transform}.
-			Informer(&snapshotv1.VolumeSnapshot{}, resync, byNamespace)
+			Informer(&snapshotv1.VolumeSnapshot{}, resync, byNamespace())
 	})
 }
 
@@ -141,6 +144,6 @@ func PagedContents(factory snapinformers.SharedInformerFactory, tweak func(*meta
 	factory.InformerFor(&snapshotv1.VolumeSnapshotContent{}, func(client clientset.Interface, resync time.Duration) cache.SharedIndexInformer {
 		c := client.SnapshotV1().VolumeSnapshotContents()
 		return PagedList[*snapshotv1.VolumeSnapshotContentList]{List: c.List, Watch: c.Watch, Tweak: tweak, Transform: transform}.
-			Informer(&snapshotv1.VolumeSnapshotContent{}, resync, byNamespace)
+			Informer(&snapshotv1.VolumeSnapshotContent{}, resync, byNamespace())
 	})
 }

@@ -5,8 +5,11 @@ import (
 	"testing"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	kubefake "k8s.io/client-go/kubernetes/fake"
+	"k8s.io/client-go/tools/record"
 
 	snapshotv1 "github.com/shutter-csi/shutter/client/apis/volumesnapshot/v1"
+	snapfake "github.com/shutter-csi/shutter/client/clientset/versioned/fake"
 )
 
 // TestSnapshotsBySourcePVC: only snapshots that still depend on their claim are indexed under it,
@@ -45,5 +48,18 @@ func TestSnapshotsBySourcePVC(t *testing.T) {
 				t.Errorf("snapshotsBySourcePVC = %v, %v; want %v", got, err, tc.want)
 			}
 		})
+	}
+}
+
+// TestNewOnFreshFactoriesAgain: a controller built a second time in the same process, on new
+// factories (a restart in tests, a new term as leader), gets informers of its own: adding its
+// indexers must not find the first controller's there.
+func TestNewOnFreshFactoriesAgain(t *testing.T) {
+	clients := Clients{Kube: kubefake.NewClientset(), Snapshots: snapfake.NewSimpleClientset()}
+	for i := range 2 {
+		kubeInformers, snapInformers := InformerFactories(clients)
+		if _, err := New(clients, kubeInformers, snapInformers, record.NewFakeRecorder(10), Options{}); err != nil {
+			t.Fatalf("controller %d: %v", i+1, err)
+		}
 	}
 }
