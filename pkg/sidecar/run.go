@@ -43,8 +43,8 @@ func (s *sidecar) run(ctx context.Context) {
 	for _, ok := range crds {
 		selectable = selectable && ok
 	}
-	watched := informers.NewSharedInformerFactoryWithOptions(s.snapshots, 0, informers.WithTweakListOptions(s.listOptions(selectable)), informers.WithTransform(controller.TrimMeta))
-	kube.PagedContents(watched, s.listOptions(selectable), controller.TrimMeta)
+	watched := informers.NewSharedInformerFactoryWithOptions(s.snapshots, 0, informers.WithTweakListOptions(s.listOptions(selectable)), informers.WithTransform(kube.TrimAndIntern))
+	kube.PagedContents(watched, s.listOptions(selectable), kube.TrimAndIntern)
 	classes := informers.NewSharedInformerFactoryWithOptions(s.snapshots, 0, informers.WithTransform(controller.TrimMeta))
 
 	contents := watched.Snapshot().V1().VolumeSnapshotContents()

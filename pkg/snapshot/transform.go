@@ -6,7 +6,6 @@ import (
 	"k8s.io/client-go/informers"
 
 	snapinformers "github.com/shutter-csi/shutter/client/informers/externalversions"
-	"github.com/shutter-csi/shutter/pkg/controller"
 	"github.com/shutter-csi/shutter/pkg/kube"
 )
 
@@ -36,7 +35,7 @@ func trimForCache(obj any) (any, error) {
 	case *corev1.PersistentVolume:
 		return trimVolume(o), nil
 	}
-	return controller.TrimMeta(obj)
+	return kube.TrimAndIntern(obj)
 }
 
 // trimClaim keeps identity, labels (group selectors), finalizers, the bound volume, the volume
