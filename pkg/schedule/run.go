@@ -58,7 +58,10 @@ func New(cfg Config) (*Reconciler, error) {
 	vs := cfg.SnapInformers.Snapshot().V1().VolumeSnapshots()
 	pvc := cfg.KubeInformers.Core().V1().PersistentVolumeClaims()
 	r.schedules, r.claims = schedules.Lister(), pvc.Lister()
-	r.snapshots = volumeSnapshots{client: cfg.Client, lister: vs.Lister()}
+	if err := vs.Informer().AddIndexers(cache.Indexers{bySchedule: snapshotsBySchedule}); err != nil {
+		return nil, fmt.Errorf("add indexers: %w", err)
+	}
+	r.snapshots = volumeSnapshots{client: cfg.Client, lister: vs.Lister(), indexer: vs.Informer().GetIndexer()}
 	for _, h := range []struct {
 		informer cache.SharedIndexInformer
 		handler  cache.ResourceEventHandler
