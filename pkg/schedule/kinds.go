@@ -9,7 +9,6 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
-	"k8s.io/apimachinery/pkg/types"
 
 	schedulev1alpha1 "github.com/shutter-csi/shutter/client/apis/snapshotschedule/v1alpha1"
 	groupv1 "github.com/shutter-csi/shutter/client/apis/volumegroupsnapshot/v1"
@@ -17,6 +16,7 @@ import (
 	clientset "github.com/shutter-csi/shutter/client/clientset/versioned"
 	grouplisters "github.com/shutter-csi/shutter/client/listers/volumegroupsnapshot/v1"
 	snapshotlisters "github.com/shutter-csi/shutter/client/listers/volumesnapshot/v1"
+	"github.com/shutter-csi/shutter/pkg/kube"
 )
 
 // kind is what a schedule takes each run: a VolumeSnapshot per claim, or one
@@ -38,6 +38,7 @@ type kind interface {
 type volumeSnapshots struct {
 	client clientset.Interface
 	lister snapshotlisters.VolumeSnapshotLister
+	writer *kube.Writer[*snapshotv1.VolumeSnapshot]
 }
 
 func (k volumeSnapshots) list(s *schedulev1alpha1.SnapshotSchedule) ([]Item, error) {
@@ -92,7 +93,7 @@ func (k volumeSnapshots) create(ctx context.Context, s *schedulev1alpha1.Snapsho
 		if tpl := s.Spec.SnapshotTemplate; tpl != nil {
 			vs.Spec.VolumeSnapshotClassName = tpl.VolumeSnapshotClassName
 		}
-		if err := createRun(ctx, s, k.client.SnapshotV1().VolumeSnapshots(s.Namespace), "VolumeSnapshot", vs); err != nil {
+		if err := createRun(ctx, s, k.writer, k.client.SnapshotV1().VolumeSnapshots(s.Namespace), vs); err != nil {
 			return made, err
 		}
 		made = append(made, Item{Name: vs.Name, Series: pvc.Name, Time: t, State: Pending})
@@ -101,14 +102,14 @@ func (k volumeSnapshots) create(ctx context.Context, s *schedulev1alpha1.Snapsho
 }
 
 func (k volumeSnapshots) delete(ctx context.Context, namespace string, it Item) (bool, error) {
-	err := k.client.SnapshotV1().VolumeSnapshots(namespace).Delete(ctx, it.Name, preconditions(it.UID))
-	return deleted(err)
+	return deleted(k.writer.Delete(ctx, &snapshotv1.VolumeSnapshot{ObjectMeta: it.meta(namespace)}))
 }
 
 // volumeGroupSnapshots is the kind of schedules with group: true.
 type volumeGroupSnapshots struct {
 	client clientset.Interface
 	lister grouplisters.VolumeGroupSnapshotLister
+	writer *kube.Writer[*groupv1.VolumeGroupSnapshot]
 }
 
 func (k volumeGroupSnapshots) list(s *schedulev1alpha1.SnapshotSchedule) ([]Item, error) {
@@ -132,15 +133,14 @@ func (k volumeGroupSnapshots) create(ctx context.Context, s *schedulev1alpha1.Sn
 	if tpl := s.Spec.SnapshotTemplate; tpl != nil {
 		vgs.Spec.VolumeGroupSnapshotClassName = tpl.VolumeGroupSnapshotClassName
 	}
-	if err := createRun(ctx, s, k.client.GroupsnapshotV1().VolumeGroupSnapshots(s.Namespace), "VolumeGroupSnapshot", vgs); err != nil {
+	if err := createRun(ctx, s, k.writer, k.client.GroupsnapshotV1().VolumeGroupSnapshots(s.Namespace), vgs); err != nil {
 		return nil, err
 	}
 	return []Item{{Name: vgs.Name, Time: t, State: Pending}}, nil
 }
 
 func (k volumeGroupSnapshots) delete(ctx context.Context, namespace string, it Item) (bool, error) {
-	err := k.client.GroupsnapshotV1().VolumeGroupSnapshots(namespace).Delete(ctx, it.Name, preconditions(it.UID))
-	return deleted(err)
+	return deleted(k.writer.Delete(ctx, &groupv1.VolumeGroupSnapshot{ObjectMeta: it.meta(namespace)}))
 }
 
 // objectMeta is the metadata of a snapshot a schedule takes for the run at t: the template's
@@ -164,25 +164,25 @@ func objectMeta(s *schedulev1alpha1.SnapshotSchedule, name string, t time.Time) 
 	return meta
 }
 
-// runClient is the part of a generated typed client that takes a run.
-type runClient[T any] interface {
-	Create(ctx context.Context, obj T, opts metav1.CreateOptions) (T, error)
+// getter is the part of a generated typed client that reads one object.
+type getter[T any] interface {
 	Get(ctx context.Context, name string, opts metav1.GetOptions) (T, error)
 }
 
-// createRun creates obj, a snapshot of kind that the run takes, through client. An object of
-// that name that is this schedule's is the run taken before; one of another owner is a name
-// clash the user must resolve.
-func createRun[T metav1.Object](ctx context.Context, s *schedulev1alpha1.SnapshotSchedule, client runClient[T], kind string, obj T) error {
-	_, err := client.Create(ctx, obj, metav1.CreateOptions{})
-	if apierrors.IsAlreadyExists(err) {
-		var found T
-		if found, err = client.Get(ctx, obj.GetName(), metav1.GetOptions{}); err == nil && !ownedBy(found, s) {
-			err = fmt.Errorf("%w: %s exists and does not belong to this schedule", errNameTaken, obj.GetName())
-		}
+// createRun creates obj, a snapshot that the run takes, through w. An object of that name that
+// is this schedule's (read through client) is the run taken before; one of another owner is a
+// name clash the user must resolve.
+func createRun[T kube.Object[T]](ctx context.Context, s *schedulev1alpha1.SnapshotSchedule, w *kube.Writer[T], client getter[T], obj T) error {
+	_, err := w.Create(ctx, obj)
+	if !apierrors.IsAlreadyExists(err) {
+		return err
 	}
+	found, err := client.Get(ctx, obj.GetName(), metav1.GetOptions{})
 	if err != nil {
-		return fmt.Errorf("create %s %s: %w", kind, obj.GetName(), err)
+		return fmt.Errorf("read %s: %w", obj.GetName(), err)
+	}
+	if !ownedBy(found, s) {
+		return fmt.Errorf("%w: %s exists and does not belong to this schedule", errNameTaken, obj.GetName())
 	}
 	return nil
 }
@@ -229,10 +229,6 @@ func ownedBy(obj metav1.Object, s *schedulev1alpha1.SnapshotSchedule) bool {
 		}
 	}
 	return false
-}
-
-func preconditions(uid types.UID) metav1.DeleteOptions {
-	return metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &uid}}
 }
 
 // deleted turns a DELETE's error into whether it deleted the object: NotFound (gone already)

@@ -13,8 +13,9 @@
 //     never makes a ready one go (see Policy).
 //   - Each schedule has one timer, on the reconciler's clock, that adds its key to the queue at
 //     its next run; nothing polls. (The queue's own delays, its retries, stay on real time.)
-//   - Status is written through the status subresource, only when it changed, with the
-//     resourceVersion as precondition, and remembered in the own-write cache.
+//   - Every write goes through the write layer (writes.go): counted, remembered in the
+//     own-write cache. Status is written through the status subresource, only when it changed,
+//     with the resourceVersion as precondition.
 package schedule
 
 import (
@@ -65,9 +66,9 @@ type Reconciler struct {
 	// groups is the kind of group schedules once the group snapshot kinds are served.
 	groups atomic.Pointer[volumeGroupSnapshots]
 
-	statusWrites *controller.Writes[*schedulev1alpha1.SnapshotSchedule]
-	queue        *controller.Queue[controller.Key]
-	synced       []cache.InformerSynced
+	writes *writeLayer
+	queue  *controller.Queue[controller.Key]
+	synced []cache.InformerSynced
 
 	// timersMu guards timers, each schedule's wake-up at its next run.
 	timersMu sync.Mutex
@@ -93,7 +94,7 @@ func (r *Reconciler) syncKey(ctx context.Context, key controller.Key) error {
 		r.wakeAt(key, time.Time{})
 		return ignoreNotFound(err)
 	}
-	s = r.statusWrites.Latest(s)
+	s = r.writes.schedules.Cache().Latest(s)
 	logger := klog.FromContext(ctx).WithValues("snapshotschedule", klog.KObj(s))
 	return r.sync(klog.NewContext(ctx, logger), s)
 }

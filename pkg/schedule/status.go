@@ -151,17 +151,13 @@ func (st *status) observe(items []Item) string {
 }
 
 // writeStatus writes st if it differs from the schedule's status, with the schedule's
-// resourceVersion as precondition, and remembers the write.
+// resourceVersion as precondition; the write layer remembers the write.
 func (r *Reconciler) writeStatus(ctx context.Context, s *schedulev1alpha1.SnapshotSchedule, st *status) error {
 	if s.Status != nil && apiequality.Semantic.DeepEqual(*s.Status, st.SnapshotScheduleStatus) {
 		return nil
 	}
 	upd := s.DeepCopy()
 	upd.Status = st.SnapshotScheduleStatus.DeepCopy()
-	out, err := r.client.ScheduleV1alpha1().SnapshotSchedules(s.Namespace).UpdateStatus(ctx, upd, metav1.UpdateOptions{})
-	if err != nil {
-		return fmt.Errorf("write status: %w", err)
-	}
-	r.statusWrites.Record(out)
-	return nil
+	_, err := r.writes.schedules.UpdateStatus(ctx, upd)
+	return err
 }

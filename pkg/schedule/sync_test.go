@@ -2,6 +2,7 @@ package schedule
 
 import (
 	"context"
+	"reflect"
 	"testing"
 	"time"
 
@@ -18,7 +19,7 @@ import (
 	snapshotv1 "github.com/shutter-csi/shutter/client/apis/volumesnapshot/v1"
 	"github.com/shutter-csi/shutter/client/clientset/versioned/fake"
 	snapinformers "github.com/shutter-csi/shutter/client/informers/externalversions"
-	"github.com/shutter-csi/shutter/pkg/controller"
+	"github.com/shutter-csi/shutter/pkg/kube"
 )
 
 // fixture is a reconciler on fake clients, synced by hand.
@@ -27,6 +28,8 @@ type fixture struct {
 	client *fake.Clientset
 	clock  *testingclock.FakeClock
 	events *record.FakeRecorder
+	// writes counts the write layer's requests as "kind write result".
+	writes map[string]int
 }
 
 func newFixture(t *testing.T, now time.Time, objs ...runtime.Object) *fixture {
@@ -38,12 +41,20 @@ func newFixture(t *testing.T, now time.Time, objs ...runtime.Object) *fixture {
 			snapObjs = append(snapObjs, o)
 		}
 	}
-	kube := kubefake.NewClientset(kubeObjs...)
+	kubeClient := kubefake.NewClientset(kubeObjs...)
 	client := fake.NewSimpleClientset(snapObjs...)
-	kubeInf := informers.NewSharedInformerFactory(kube, 0)
+	kubeInf := informers.NewSharedInformerFactory(kubeClient, 0)
 	snapInf := snapinformers.NewSharedInformerFactory(client, 0)
-	f := &fixture{client: client, clock: testingclock.NewFakeClock(now), events: record.NewFakeRecorder(100)}
-	r, err := New(Config{Client: client, KubeInformers: kubeInf, SnapInformers: snapInf, Recorder: f.events, Options: Options{Clock: f.clock}})
+	f := &fixture{client: client, clock: testingclock.NewFakeClock(now), events: record.NewFakeRecorder(100), writes: map[string]int{}}
+	count := func(kind, write string, err error) {
+		result := "ok"
+		if err != nil {
+			result = "error"
+		}
+		f.writes[kind+" "+write+" "+result]++
+	}
+	r, err := New(Config{Client: client, KubeInformers: kubeInf, SnapInformers: snapInf, Recorder: f.events,
+		Writes: kube.WriterOptions{Count: count}, Options: Options{Clock: f.clock}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -124,6 +135,29 @@ func TestSyncTakesOnlyTheLatestRun(t *testing.T) {
 	}
 }
 
+// TestWritesAreCounted: the reconciler's creates, status writes and deletes go through the write
+// layer, which counts each (in the snapshot-controller, shutter_controller_api_writes_total).
+func TestWritesAreCounted(t *testing.T) {
+	t0 := time.Date(2030, 1, 1, 10, 0, 0, 0, time.UTC)
+	s := testSchedule(t0, func(s *schedulev1alpha1.SnapshotSchedule) {
+		s.Spec.Retention = &schedulev1alpha1.Retention{MaxCount: ptrTo(int32(1))}
+	})
+	older := &snapshotv1.VolumeSnapshot{ObjectMeta: objectMeta(s, "s-a-20300101t1000z", t0),
+		Spec:   snapshotv1.VolumeSnapshotSpec{Source: snapshotv1.VolumeSnapshotSource{PersistentVolumeClaimName: ptrTo("a")}},
+		Status: &snapshotv1.VolumeSnapshotStatus{ReadyToUse: ptrTo(true)}}
+	newer := older.DeepCopy()
+	newer.Name = "s-a-20300101t1030z"
+	newer.Annotations[schedulev1alpha1.AnnotationScheduledTime] = "2030-01-01T10:30:00Z"
+	f := newFixture(t, t0.Add(time.Hour), s, testClaim("a"), testClaim("b"), older, newer)
+	if err := f.r.sync(context.Background(), s); err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]int{"volumesnapshot create ok": 2, "volumesnapshot delete ok": 1, "snapshotschedule status ok": 1}
+	if !reflect.DeepEqual(f.writes, want) {
+		t.Errorf("writes %v, want %v", f.writes, want)
+	}
+}
+
 // TestSyncRunTakenBefore: a run whose snapshots exist already (a restart that lost its status
 // write, or another replica) is recorded as taken, not taken twice.
 func TestSyncRunTakenBefore(t *testing.T) {
@@ -135,7 +169,7 @@ func TestSyncRunTakenBefore(t *testing.T) {
 		t.Fatal(err)
 	}
 	// Forget the status write: the same run is due again, and its snapshot exists.
-	f.r.statusWrites = newWritesForTest()
+	f.r.writes = newWriteLayer(f.client, kube.WriterOptions{})
 	if err := f.r.sync(ctx, s); err != nil {
 		t.Fatalf("second sync: %v", err)
 	}
@@ -157,10 +191,6 @@ func TestSyncRunTakenBefore(t *testing.T) {
 	if ev := <-f.events.Events; ev[:len("Warning CreateFailed")] != "Warning CreateFailed" {
 		t.Errorf("event %q", ev)
 	}
-}
-
-func newWritesForTest() *controller.Writes[*schedulev1alpha1.SnapshotSchedule] {
-	return controller.NewWrites[*schedulev1alpha1.SnapshotSchedule]()
 }
 
 // TestSyncForbid: with concurrencyPolicy Forbid a run waits while the previous run's snapshot is

@@ -130,7 +130,8 @@ func runController(ctx context.Context, clients Clients, reg prometheus.Register
 	}
 	if opts.Schedules {
 		go schedule.RunWhenServed(ctx, schedule.Config{Kube: kube, Client: clients.Snapshots, KubeInformers: kubeInformers,
-			SnapInformers: snapInformers, Recorder: recorder, Registerer: reg, Options: schedule.Options{Retry: opts.Retry}}, opts.Groups)
+			SnapInformers: snapInformers, Recorder: recorder, Registerer: reg, Writes: c.writes.opts,
+			Options: schedule.Options{Retry: opts.Retry}}, opts.Groups)
 	}
 	defer kubeInformers.Shutdown()
 	defer snapInformers.Shutdown()

@@ -23,6 +23,8 @@ type writeLayer struct {
 	groups        *kube.Writer[*groupv1.VolumeGroupSnapshot]
 	groupContents *kube.Writer[*groupv1.VolumeGroupSnapshotContent]
 	count         *prometheus.CounterVec
+	// opts count every write in count; the schedule reconciler's writers share them.
+	opts kube.WriterOptions
 }
 
 // newWriteLayer writes claims with clients.Kube, snapshots with clients.Snapshots and contents
@@ -39,6 +41,7 @@ func newWriteLayer(clients Clients) *writeLayer {
 		}
 		w.count.WithLabelValues(kind, what, result).Inc()
 	}}
+	w.opts = opts
 	snaps, contents := clients.Snapshots, clients.Contents
 	if contents == nil {
 		contents = snaps
