@@ -5,7 +5,6 @@ import (
 	"sort"
 	"time"
 
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 
 	schedulev1alpha1 "github.com/shutter-csi/shutter/client/apis/snapshotschedule/v1alpha1"
@@ -35,11 +34,8 @@ type Item struct {
 	State State
 	// Keep is the user's snapshot.shutter.dev/keep=true label: never pruned, never counted.
 	Keep bool
-}
-
-// meta is what a delete of the item needs: its name and uid, in namespace.
-func (it Item) meta(namespace string) metav1.ObjectMeta {
-	return metav1.ObjectMeta{Namespace: namespace, Name: it.Name, UID: it.UID}
+	// Owned is true while the snapshot carries the schedule's owner reference.
+	Owned bool
 }
 
 // Policy is a parsed spec.retention; the zero Policy keeps everything.

@@ -53,13 +53,13 @@ func New(cfg Config) (*Reconciler, error) {
 		opts.Clock = clock.RealClock{}
 	}
 	r := &Reconciler{opts: opts, client: cfg.Client, recorder: cfg.Recorder, clock: opts.Clock,
-		timers: map[controller.Key]clock.Timer{}, writes: newWriteLayer(cfg.Client, cfg.Writes)}
+		timers: map[controller.Key]clock.Timer{}, writes: newWriteLayer(cfg.Client, cfg.Writes), pending: newPendingRecords()}
 	r.queue = controller.NewQueue("snapshotschedule", opts.Retry, r.syncKey)
 	schedules := cfg.SnapInformers.Schedule().V1alpha1().SnapshotSchedules()
 	vs := cfg.SnapInformers.Snapshot().V1().VolumeSnapshots()
 	pvc := cfg.KubeInformers.Core().V1().PersistentVolumeClaims()
 	r.schedules, r.claims = schedules.Lister(), pvc.Lister()
-	r.snapshots = volumeSnapshots{client: cfg.Client, lister: vs.Lister(), writer: r.writes.snapshots}
+	r.snapshots = newVolumeSnapshots(cfg.Client, vs.Lister(), r.writes.snapshots)
 	for _, h := range []struct {
 		informer cache.SharedIndexInformer
 		handler  cache.ResourceEventHandler
@@ -91,7 +91,8 @@ func (r *Reconciler) EnableGroups(ctx context.Context, factory snapinformers.Sha
 	if !cache.WaitForCacheSync(ctx.Done(), vgs.Informer().HasSynced) {
 		return ctx.Err()
 	}
-	r.groups.Store(&volumeGroupSnapshots{client: r.client, lister: vgs.Lister(), writer: r.writes.groups})
+	groups := newVolumeGroupSnapshots(r.client, vgs.Lister(), r.writes.groups)
+	r.groups.Store(&groups)
 	list, err := r.schedules.List(everything())
 	if err != nil {
 		return err
