@@ -41,7 +41,15 @@ func parseFlags(args []string) (snapshot.RunOptions, bool, error) {
 	fs.DurationVar(&opts.Controller.ResyncPeriod, "resync-period", 15*time.Minute, "How often every object is looked at again as a safety net; 0 disables it.")
 	fs.BoolVar(&opts.Controller.DistributedSnapshotting, "enable-distributed-snapshotting", false, "Label each content with the node of its volume, for node-local sidecars.")
 	fs.BoolVar(&opts.Controller.ReadyEvents, "ready-events", false, "Record a Normal event when a snapshot or group snapshot becomes ready (status.readyToUse says the same; each event is an API write). Failures always get a Warning event.")
-	fs.DurationVar(&opts.Controller.SidecarLivenessThreshold, "sidecar-liveness-threshold", 5*time.Minute, "A snapshot whose content has waited this long for its driver's csi-snapshotter gets a Warning event when no sidecar of the driver holds a live leader-election Lease (watches the Leases of every namespace but kube-node-lease); 0 turns the check off.")
+	fs.DurationVar(&opts.Controller.SidecarLivenessThreshold, "sidecar-liveness-threshold", 5*time.Minute, "A snapshot whose content has waited this long for its driver's csi-snapshotter gets a Warning event when no sidecar of the driver holds a live leader-election Lease (watches the Leases of every namespace but kube-node-lease, and counts those of kube-system, of --sidecar-lease-namespaces and of the namespaces whose ServiceAccounts a ClusterRoleBinding lets write VolumeSnapshotContents); 0 turns the check off.")
+	fs.Func("sidecar-lease-namespaces", "Comma-separated namespaces whose csi-snapshotter Leases count for --sidecar-liveness-threshold besides kube-system and the namespaces found from RBAC (name them when the controller may not list clusterroles and clusterrolebindings).", func(v string) error {
+		for _, ns := range strings.Split(v, ",") {
+			if ns = strings.TrimSpace(ns); ns != "" {
+				opts.Controller.SidecarLeaseNamespaces = append(opts.Controller.SidecarLeaseNamespaces, ns)
+			}
+		}
+		return nil
+	})
 	fs.BoolVar(&opts.Controller.PreventVolumeModeConversion, "prevent-volume-mode-conversion", true, "Record each content's source volume mode so that restores cannot change it unnoticed.")
 	fs.BoolVar(&opts.Controller.Schedules, "snapshot-schedules", true, "Take and prune snapshots for SnapshotSchedules (snapshot.shutter.dev) once their CRD is served.")
 	gates := featureGates{"CSIVolumeGroupSnapshot": true}

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"slices"
 	"testing"
 	"time"
 
@@ -19,6 +20,12 @@ func TestParseFlags(t *testing.T) {
 			Check: func(t *testing.T, o snapshot.RunOptions) {
 				if c := o.Controller; c.Workers != 3 || c.Groups {
 					t.Errorf("workers %d, groups %t", c.Workers, c.Groups)
+				}
+			}},
+		{Name: "sidecar lease namespaces", Args: []string{"--sidecar-lease-namespaces=shutter, vendor-csi,"},
+			Check: func(t *testing.T, o snapshot.RunOptions) {
+				if got := o.Controller.SidecarLeaseNamespaces; !slices.Equal(got, []string{"shutter", "vendor-csi"}) {
+					t.Errorf("sidecar lease namespaces %q", got)
 				}
 			}},
 		{Name: "version", Args: []string{"--version", "extra"}, WantVersion: true},

@@ -49,6 +49,9 @@ type Options struct {
 	For time.Duration
 	// SortBy orders stuck objects: age (oldest first), name, namespace, kind or reason.
 	SortBy string
+	// LeaseNamespaces are namespaces whose Leases count besides kube-system and those whose
+	// ServiceAccounts may write VolumeSnapshotContents (kube.LeaseNamespaces).
+	LeaseNamespaces []string
 	// Args are the command and its arguments: describe KIND NAME, or stuck.
 	Args []string
 	// Out receives the result, Err the notes.
@@ -66,6 +69,7 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 	fs.StringVarP(&o.Output, "output", "o", "", "Output format: json, yaml, or wide (stuck).")
 	fs.DurationVar(&o.For, "for", 5*time.Minute, "stuck: how long an object must have been not ready, or not deleted.")
 	fs.StringVar(&o.SortBy, "sort-by", "age", "stuck: order by age (oldest first), name, namespace, kind or reason.")
+	fs.StringSliceVar(&o.LeaseNamespaces, "lease-namespaces", nil, "Namespaces whose Leases tell that the snapshot-controller or a csi-snapshotter runs, besides kube-system and the namespaces whose ServiceAccounts a ClusterRoleBinding lets write VolumeSnapshotContents.")
 }
 
 // Usage is the plugin's help text.
@@ -150,7 +154,7 @@ func connect(opts Options) (*store, string, error) {
 	if err != nil {
 		return nil, "", err
 	}
-	return newStore(kube, snap, opts.Now()), namespace, nil
+	return newStore(kube, snap, opts.Now(), opts.LeaseNamespaces), namespace, nil
 }
 
 // writeStructured writes v as JSON or YAML.

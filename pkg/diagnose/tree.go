@@ -197,7 +197,7 @@ func driverNode(driver string, h holder) *Node {
 		return n
 	}
 	leaseStates{lease: "sidecar Lease", missing: "NoSidecar", dead: "NoSidecar", live: "SidecarLive",
-		missingDetail: "no sidecar Lease " + strings.Join(protocol.SidecarLeaseNames(driver), " or ") + " in any namespace"}.set(n, h)
+		missingDetail: "no sidecar Lease " + strings.Join(protocol.SidecarLeaseNames(driver), " or ") + " in a namespace where a csi-snapshotter can run"}.set(n, h)
 	return n
 }
 
@@ -223,12 +223,22 @@ func (st leaseStates) set(n *Node, h holder) {
 		n.State, n.Details = "Unknown", []string{h.Err.Error()}
 	case h.Lease == "":
 		n.State, n.Details = st.missing, []string{st.missingDetail}
+	case h.Future:
+		n.State = st.dead
+		n.Details = []string{fmt.Sprintf("%s %s held by %s claims a renewal in the future, which no running component makes: not counted", st.lease, h.Lease, orNone(h.Holder))}
 	case !h.Live:
 		n.State = st.dead
 		n.Details = []string{fmt.Sprintf("%s %s last held by %s, not renewed for %s", st.lease, h.Lease, orNone(h.Holder), human(h.SinceRenewal))}
 	default:
 		n.State = st.live
 		n.Details = []string{fmt.Sprintf("%s %s held by %s, renewed %s ago", st.lease, h.Lease, h.Holder, human(h.SinceRenewal))}
+	}
+	if len(h.Ignored) > 0 {
+		n.Details = append(n.Details, fmt.Sprintf("not counted: Lease %s, in a namespace where the component cannot run (--lease-namespaces adds one)",
+			strings.Join(h.Ignored, ", ")))
+	}
+	if h.TrustErr != nil && (h.Lease == "" || len(h.Ignored) > 0) {
+		n.Details = append(n.Details, "only the Leases of kube-system and --lease-namespaces count: "+h.TrustErr.Error())
 	}
 }
 

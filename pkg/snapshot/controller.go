@@ -62,6 +62,9 @@ type Options struct {
 	// before, if no sidecar of the driver holds a live Lease, its snapshot gets a Warning event;
 	// 0 turns the check (and the Lease watch) off.
 	SidecarLivenessThreshold time.Duration
+	// SidecarLeaseNamespaces are namespaces whose Leases count for that check besides
+	// kube-system and those of the ServiceAccounts allowed to write contents (liveness.go).
+	SidecarLeaseNamespaces []string
 }
 
 // Clients are the controller's API clients. Each has a client-side rate limiter of its own, so
@@ -110,7 +113,7 @@ func New(clients Clients, kubeInformers informers.SharedInformerFactory,
 	}
 	c := &Controller{opts: opts, clients: clients, recorder: recorder, clock: clock.RealClock{}, writes: newWriteLayer(clients)}
 	if opts.SidecarLivenessThreshold > 0 {
-		c.liveness = newLiveness(clients.Kube, opts.SidecarLivenessThreshold)
+		c.liveness = newLiveness(clients.Kube, opts.SidecarLivenessThreshold, opts.SidecarLeaseNamespaces)
 	}
 	vs := snapInformers.Snapshot().V1().VolumeSnapshots()
 	vsc := snapInformers.Snapshot().V1().VolumeSnapshotContents()
