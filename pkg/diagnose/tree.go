@@ -284,28 +284,29 @@ func (g *groupChain) tree() *Node {
 	return root
 }
 
-// printTree writes n and its children as an indented tree.
+// printTree writes n and its children as an indented tree, every text of the objects through
+// text.
 func printTree(w io.Writer, n *Node, prefix, childPrefix string) {
 	name := n.Name
 	if n.Namespace != "" {
 		name = n.Namespace + "/" + n.Name
 	}
-	fmt.Fprintf(w, "%s%s %s [%s]\n", prefix, n.Kind, name, n.State)
+	fmt.Fprintf(w, "%s%s %s [%s]\n", prefix, text(n.Kind), text(name), text(n.State))
 	attr := childPrefix + "│  "
 	if len(n.Children) == 0 {
 		attr = childPrefix + "   "
 	}
 	for _, d := range n.Details {
-		fmt.Fprintf(w, "%s%s\n", attr, d)
+		fmt.Fprintf(w, "%s%s\n", attr, text(d))
 	}
 	for _, f := range n.Finalizers {
-		fmt.Fprintf(w, "%sfinalizer %s: removed by %s once %s\n", attr, f.Name, f.Owner, f.WaitsFor)
+		fmt.Fprintf(w, "%sfinalizer %s: removed by %s once %s\n", attr, text(f.Name), text(f.Owner), text(f.WaitsFor))
 	}
 	for _, a := range n.Annotations {
-		fmt.Fprintf(w, "%s%s=%s: %s\n", attr, a.Key, a.Value, a.Meaning)
+		fmt.Fprintf(w, "%s%s=%s: %s\n", attr, text(a.Key), text(a.Value), text(a.Meaning))
 	}
 	for _, e := range n.Events {
-		fmt.Fprintf(w, "%sevent %s\n", attr, e)
+		fmt.Fprintf(w, "%sevent %s\n", attr, text(e))
 	}
 	for i, child := range n.Children {
 		if i == len(n.Children)-1 {
