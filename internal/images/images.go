@@ -43,8 +43,9 @@ type Component struct {
 	Description string
 	// Root runs the image as root (uid 0) instead of NonRootUID.
 	Root bool
-	// CACertificates puts the CA bundle in the image: the binary is a Kubernetes API client, which
-	// with --kubeconfig may talk TLS to a server whose certificate chains to a public CA.
+	// CACertificates puts Options.CACertificates, when one is named, in the image: the binary is
+	// a Kubernetes API client, which with --kubeconfig may talk TLS to a server whose certificate
+	// chains to a CA its kubeconfig does not name. None is named by default.
 	CACertificates bool
 }
 
@@ -78,7 +79,8 @@ type Options struct {
 	Registry string
 	// Platforms to build; nil is DefaultPlatforms.
 	Platforms []v1.Platform
-	// CACertificates is the host's PEM bundle copied into the images that want one; "" puts none.
+	// CACertificates is a PEM bundle copied into the images that want one; "" (the default of
+	// make images) puts none, so that no digest depends on the build machine.
 	CACertificates string
 	// BuildDir keeps the binaries between runs (go build skips a link that is up to date).
 	BuildDir string
