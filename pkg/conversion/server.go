@@ -59,7 +59,7 @@ func DefaultOptions() Options {
 	return Options{
 		Port: 9443, CRDs: CRDOptions{Resync: time.Minute, ServicePort: 443},
 		MaxRequestBytes: DefaultMaxRequestBytes, MaxRequestsInFlight: DefaultMaxRequestsInFlight, MaxBytesInFlight: DefaultMaxBytesInFlight,
-		Timeouts:        Timeouts{ReadHeader: 10 * time.Second, Read: 30 * time.Second, Write: 30 * time.Second, Idle: 90 * time.Second},
+		Timeouts: Timeouts{ReadHeader: 10 * time.Second, Read: 30 * time.Second, Write: 30 * time.Second, Idle: 90 * time.Second},
 	}
 }
 

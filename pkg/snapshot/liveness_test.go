@@ -27,7 +27,9 @@ func TestSidecarLiveness(t *testing.T) {
 			Spec: coordinationv1.LeaseSpec{HolderIdentity: ptr("pod-0"), LeaseDurationSeconds: ptr(int32(15)), RenewTime: &renewed}}
 	}
 	// The driver's sidecar runs in driver-ns, whose ServiceAccount may write contents.
-	lease := func(name string, renewedAgo time.Duration) *coordinationv1.Lease { return leaseIn("driver-ns", name, renewedAgo) }
+	lease := func(name string, renewedAgo time.Duration) *coordinationv1.Lease {
+		return leaseIn("driver-ns", name, renewedAgo)
+	}
 	waited := func(d time.Duration) func(*snapshotv1.VolumeSnapshotContent) {
 		return func(c *snapshotv1.VolumeSnapshotContent) { c.CreationTimestamp = metav1.NewTime(now.Add(-d)) }
 	}

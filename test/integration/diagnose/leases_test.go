@@ -8,9 +8,7 @@ import (
 
 	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/utils/ptr"
 
-	snapshotv1 "github.com/shutter-csi/shutter/client/apis/volumesnapshot/v1"
 	"github.com/shutter-csi/shutter/pkg/diagnose"
 	"github.com/shutter-csi/shutter/pkg/protocol"
 	"github.com/shutter-csi/shutter/test/testenv"
@@ -22,13 +20,7 @@ import (
 // an aggregated ClusterRole lets write contents, is seen without naming the namespace.
 func TestForgedLeases(t *testing.T) {
 	f := newFixture(t)
-	class := f.class()
-	f.boundClaim("data")
-	vs := f.snapshot("snap", "data", class, nil)
-	vs.Status = &snapshotv1.VolumeSnapshotStatus{BoundVolumeSnapshotContentName: ptr.To(protocol.ContentName(vs.UID)), ReadyToUse: ptr.To(false)}
-	vs, err := f.snap.SnapshotV1().VolumeSnapshots(f.ns).UpdateStatus(f.ctx, vs, metav1.UpdateOptions{})
-	f.check(err)
-	f.content(vs, class, snapshotv1.VolumeSnapshotContentDelete, nil)
+	f.waitingForSidecar()
 	lease := protocol.ShutterSidecarLeaseName(f.driver)
 
 	tenant := testenv.Namespace(t, f.kube)
@@ -54,7 +46,7 @@ func TestForgedLeases(t *testing.T) {
 	label := map[string]string{"diag.shutter.dev/aggregate-to-" + vendor: "true"}
 	part := &rbacv1.ClusterRole{ObjectMeta: metav1.ObjectMeta{Name: "diag-part-" + vendor, Labels: label},
 		Rules: []rbacv1.PolicyRule{contentStatusRule}}
-	_, err = f.kube.RbacV1().ClusterRoles().Create(f.ctx, part, metav1.CreateOptions{})
+	_, err := f.kube.RbacV1().ClusterRoles().Create(f.ctx, part, metav1.CreateOptions{})
 	f.check(err)
 	t.Cleanup(func() { _ = f.kube.RbacV1().ClusterRoles().Delete(f.ctx, part.Name, metav1.DeleteOptions{}) })
 	role := f.snapshotterRBAC(vendor, nil, label)
