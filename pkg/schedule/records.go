@@ -45,8 +45,9 @@ func (p *pendingRecords) get(schedule types.UID) []schedulev1alpha1.ScheduledSna
 	return append([]schedulev1alpha1.ScheduledSnapshot(nil), p.bySchedule[schedule]...)
 }
 
-// written drops the records of schedule: a status write holds them now.
-func (p *pendingRecords) written(schedule types.UID) {
+// forget drops the records of schedule: a status write holds them now, or the schedule is being
+// deleted.
+func (p *pendingRecords) forget(schedule types.UID) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	delete(p.bySchedule, schedule)

@@ -164,6 +164,6 @@ func (r *Reconciler) writeStatus(ctx context.Context, s *schedulev1alpha1.Snapsh
 			return err
 		}
 	}
-	r.pending.written(s.UID)
+	r.pending.forget(s.UID)
 	return nil
 }

@@ -45,6 +45,7 @@ func (r *Reconciler) sync(ctx context.Context, s *schedulev1alpha1.SnapshotSched
 	key := controller.KeyOf(s)
 	if s.DeletionTimestamp != nil {
 		r.wakeAt(key, time.Time{})
+		r.pending.forget(s.UID) // no status will hold them
 		return nil
 	}
 	st := newStatus(s, r.now(), r.pending.get(s.UID))
