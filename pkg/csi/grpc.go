@@ -65,16 +65,13 @@ func Connect(ctx context.Context, opts ConnectOptions) (*GRPC, error) {
 func newGRPC(ctx context.Context, conn *grpc.ClientConn, opts ConnectOptions) (*GRPC, error) {
 	logged := &loggedConn{ClientConnInterface: conn, timeout: opts.Timeout}
 	c := &GRPC{conn: conn, controller: csi.NewControllerClient(logged), group: csi.NewGroupControllerClient(logged)}
-	if err := rpc.ProbeForever(ctx, conn, opts.Timeout); err != nil {
-		return nil, fmt.Errorf("CSI driver at %s is not ready: %w", opts.Address, err)
-	}
-	callCtx, cancel := context.WithTimeout(ctx, opts.Timeout)
-	defer cancel()
-	name, err := rpc.GetDriverName(callCtx, conn)
+	name, err := probeName(ctx, conn, opts)
 	if err != nil {
-		return nil, fmt.Errorf("read the CSI driver's name (GetPluginInfo): %w", err)
+		return nil, err
 	}
 	c.name = name
+	callCtx, cancel := context.WithTimeout(ctx, opts.Timeout)
+	defer cancel()
 	if c.caps, err = capabilities(callCtx, conn); err != nil {
 		return nil, fmt.Errorf("CSI driver %s: %w", name, err)
 	}
@@ -83,6 +80,20 @@ func newGRPC(ctx context.Context, conn *grpc.ClientConn, opts ConnectOptions) (*
 	}
 	klog.FromContext(ctx).Info("Connected to CSI driver", "driver", name, "capabilities", c.caps)
 	return c, nil
+}
+
+// probeName waits until the driver is ready and reads its name.
+func probeName(ctx context.Context, conn *grpc.ClientConn, opts ConnectOptions) (string, error) {
+	if err := rpc.ProbeForever(ctx, conn, opts.Timeout); err != nil {
+		return "", fmt.Errorf("CSI driver at %s is not ready: %w", opts.Address, err)
+	}
+	callCtx, cancel := context.WithTimeout(ctx, opts.Timeout)
+	defer cancel()
+	name, err := rpc.GetDriverName(callCtx, conn)
+	if err != nil {
+		return "", fmt.Errorf("read the CSI driver's name (GetPluginInfo): %w", err)
+	}
+	return name, nil
 }
 
 // capabilities reads the controller capabilities and, when the driver offers the group
