@@ -27,6 +27,7 @@ func parseFlags(args []string) (snapshotmetadata.Options, bool, error) {
 	fs.StringVar(&opts.CSIAddress, "csi-address", opts.CSIAddress, "Unix socket of the CSI driver.")
 	fs.DurationVar(&opts.Timeout, "timeout", opts.Timeout, "Timeout of the short CSI calls (probe, plugin info and capabilities); streams are bounded by --max-streaming-duration-min.")
 	fs.IntVar(&opts.Port, "port", opts.Port, "TCP port of the SnapshotMetadata gRPC service.")
+	fs.StringVar(&opts.ListenHost, "listen-address", "", "Address the gRPC service listens on; empty: every address (Shutter's addition).")
 	fs.StringVar(&opts.TLSCert, "tls-cert", opts.TLSCert, "Serving certificate (PEM); default $"+snapshotmetadata.EnvTLSCert+". Read again when the file changes.")
 	fs.StringVar(&opts.TLSKey, "tls-key", opts.TLSKey, "Key of the serving certificate (PEM); default $"+snapshotmetadata.EnvTLSKey+".")
 	fs.StringVar(&opts.TLSMinVersion, "tls-min-version", "", "Lowest TLS version served: VersionTLS12 or VersionTLS13; empty: TLS 1.2.")

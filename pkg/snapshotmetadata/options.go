@@ -27,8 +27,10 @@ type Options struct {
 	// CSIAddress is the driver's Unix socket; Timeout bounds every short CSI call (not streams).
 	CSIAddress string
 	Timeout    time.Duration
-	// Port is the TCP port of the gRPC service, on every address of the pod.
-	Port int
+	// Port is the TCP port of the gRPC service; ListenHost the address it listens on (empty:
+	// every address of the pod; 127.0.0.1 keeps a hostNetwork pod off the node's interfaces).
+	Port       int
+	ListenHost string
 	// TLSCert and TLSKey are the serving certificate and key files. They are read again when
 	// they change on disk, so a renewed certificate (cert-manager) is served without a restart.
 	TLSCert, TLSKey string

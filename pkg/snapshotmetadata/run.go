@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"strconv"
 	"sync"
 	"time"
 
@@ -93,8 +94,9 @@ func serve(ctx context.Context, opts Options, srv *Server) error {
 	}
 	lis := opts.Listener
 	if lis == nil {
-		if lis, err = (&net.ListenConfig{}).Listen(ctx, "tcp", fmt.Sprintf(":%d", opts.Port)); err != nil {
-			return fmt.Errorf("listen on port %d: %w", opts.Port, err)
+		addr := net.JoinHostPort(opts.ListenHost, strconv.Itoa(opts.Port))
+		if lis, err = (&net.ListenConfig{}).Listen(ctx, "tcp", addr); err != nil {
+			return fmt.Errorf("listen on %s: %w", addr, err)
 		}
 	}
 	gs := grpc.NewServer(grpc.Creds(credentials.NewTLS(tlsCfg)))
