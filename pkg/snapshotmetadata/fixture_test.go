@@ -49,7 +49,7 @@ type fixture struct {
 	reg       *prometheus.Registry
 }
 
-func newFixture(t *testing.T, change ...func(*Options, *smtest.Driver)) *fixture {
+func newFixture(t testing.TB, change ...func(*Options, *smtest.Driver)) *fixture {
 	t.Helper()
 	f := &fixture{driver: &smtest.Driver{Name: testDriver, Snapshots: map[string]smtest.Snapshot{
 		"h-a": {Volume: "vol-1", Capacity: 1 << 30, Allocated: [][2]int64{{0, 4096}, {1 << 20, 8192}, {512 << 20, 65536}}},
@@ -63,6 +63,9 @@ func newFixture(t *testing.T, change ...func(*Options, *smtest.Driver)) *fixture
 		c(&opts, f.driver)
 	}
 	smtest.StartDriver(t, f.driver)
+	if opts.CSIAddress == DefaultOptions().CSIAddress {
+		opts.CSIAddress = f.driver.Socket
+	}
 	f.kube = kfake.NewClientset(&corev1.Secret{
 		ObjectMeta: metav1.ObjectMeta{Namespace: "kube-system", Name: "snap-secret"}, Data: map[string][]byte{"password": []byte("s3cret")},
 	})
@@ -76,7 +79,7 @@ func newFixture(t *testing.T, change ...func(*Options, *smtest.Driver)) *fixture
 		&cbtv1beta1.SnapshotMetadataService{ObjectMeta: metav1.ObjectMeta{Name: testDriver},
 			Spec: cbtv1beta1.SnapshotMetadataServiceSpec{Audience: testAudience, Address: lis.Addr().String(), CACert: certs.CA}})...)
 	ctx, cancel := context.WithCancel(context.Background())
-	driver, err := pkgcsi.ConnectMetadata(ctx, pkgcsi.ConnectOptions{Address: f.driver.Socket, Timeout: 10 * time.Second})
+	driver, err := pkgcsi.ConnectMetadata(ctx, pkgcsi.ConnectOptions{Address: opts.CSIAddress, Timeout: 10 * time.Second})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -121,10 +124,10 @@ func testSnapshots() []runtime.Object {
 		content := "content-" + name
 		out = append(out,
 			&snapshotv1.VolumeSnapshot{ObjectMeta: metav1.ObjectMeta{Namespace: testNS, Name: name},
-				Spec: snapshotv1.VolumeSnapshotSpec{VolumeSnapshotClassName: ptr.To("with-secret")},
+				Spec:   snapshotv1.VolumeSnapshotSpec{VolumeSnapshotClassName: ptr.To("with-secret")},
 				Status: &snapshotv1.VolumeSnapshotStatus{BoundVolumeSnapshotContentName: ptr.To(content), ReadyToUse: ptr.To(ready)}},
 			&snapshotv1.VolumeSnapshotContent{ObjectMeta: metav1.ObjectMeta{Name: content},
-				Spec: snapshotv1.VolumeSnapshotContentSpec{Driver: driver, Source: snapshotv1.VolumeSnapshotContentSource{VolumeHandle: ptr.To(volume)}},
+				Spec:   snapshotv1.VolumeSnapshotContentSpec{Driver: driver, Source: snapshotv1.VolumeSnapshotContentSource{VolumeHandle: ptr.To(volume)}},
 				Status: &snapshotv1.VolumeSnapshotContentStatus{SnapshotHandle: ptr.To(handle), ReadyToUse: ptr.To(ready)}})
 	}
 	add("a", "h-a", "vol-1", testDriver, true)

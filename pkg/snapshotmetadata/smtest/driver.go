@@ -34,6 +34,9 @@ type Driver struct {
 	Snapshots map[string]Snapshot
 	Deltas    map[string][][2]int64
 	Endless   bool
+	// Generated, when positive, replaces every snapshot's ranges by that many ranges of
+	// Stride/2 bytes, one every Stride bytes, made as they are sent (a huge sparse volume).
+	Generated, Stride int64
 
 	// Open counts streams being served; Ended receives once per stream that ended.
 	Open  atomic.Int64
@@ -142,6 +145,9 @@ func (d *Driver) serve(ctx context.Context, capacity int64, ranges [][2]int64, o
 	if n <= 0 {
 		n = 2
 	}
+	if d.Generated > 0 {
+		return d.generate(offset, max(n, 256), send)
+	}
 	if d.Endless {
 		for i := int64(0); ctx.Err() == nil; i++ {
 			if err := send([]*csi.BlockMetadata{{ByteOffset: i << 20, SizeBytes: 1 << 20}}); err != nil {
@@ -161,6 +167,23 @@ func (d *Driver) serve(ctx context.Context, capacity int64, ranges [][2]int64, o
 				return err
 			}
 			batch = nil
+		}
+	}
+	if len(batch) > 0 {
+		return send(batch)
+	}
+	return nil
+}
+
+func (d *Driver) generate(offset int64, n int, send func([]*csi.BlockMetadata) error) error {
+	batch := make([]*csi.BlockMetadata, 0, n)
+	for i := offset / d.Stride; i < d.Generated; i++ {
+		batch = append(batch, &csi.BlockMetadata{ByteOffset: i * d.Stride, SizeBytes: d.Stride / 2})
+		if len(batch) == n {
+			if err := send(batch); err != nil {
+				return err
+			}
+			batch = batch[:0]
 		}
 	}
 	if len(batch) > 0 {
