@@ -39,7 +39,7 @@ make --no-print-directory images PLATFORMS="linux/$(go env GOARCH)" >&2
 done_step "make images (one platform)"
 
 step "control plane and node in $dir"
-images=bin/images/snapshot-controller.tar,bin/images/csi-snapshotter.tar,bin/images/hostpath-driver.tar,bin/images/snapshot-conversion-webhook.tar
+images=bin/images/snapshot-controller.tar,bin/images/csi-snapshotter.tar,bin/images/hostpath-driver.tar,bin/images/snapshot-conversion-webhook.tar,bin/images/csi-snapshot-metadata.tar
 eval "$(go run ./hack/cluster up -dir "$dir" -node -images "$images")"
 done_step "cluster up with node, images imported"
 

@@ -102,7 +102,7 @@ func TestChartOnNode(t *testing.T) {
 func buildChartImages(t *testing.T, ctx context.Context, bin, dir string) []string {
 	t.Helper()
 	out := filepath.Join(dir, "images")
-	components := []string{"snapshot-controller", "csi-snapshotter", "hostpath-driver"}
+	components := []string{"snapshot-controller", "csi-snapshotter", "hostpath-driver", "csi-snapshot-metadata"}
 	cmd := exec.CommandContext(ctx, "go", "run", "./hack/images", "-version=e2e", "-commit=e2e",
 		"-registry=localhost/shutter-e2e", "-platforms=linux/"+runtime.GOARCH, "-out="+out,
 		"-only="+strings.Join(components, ","))
