@@ -1,7 +1,9 @@
 package snapshotmetadata
 
 import (
+	"fmt"
 	"os"
+	"os/exec"
 	"reflect"
 	"strings"
 	"testing"
@@ -117,6 +119,9 @@ func TestChangedBlocks(t *testing.T) {
 				}
 			})
 		}
+		if lister := os.Getenv(listerEnv); lister != "" {
+			runLister(t, lister, e.ns)
+		}
 		rec := &recorder{}
 		err = iterator.GetSnapshotMetadata(ctx, iterator.Args{Clients: clients, Emitter: rec, Namespace: e.ns,
 			SnapshotName: "b", PrevSnapshotID: handleA, SANamespace: e.ns, SAName: "nobody"})
@@ -124,6 +129,26 @@ func TestChangedBlocks(t *testing.T) {
 			t.Errorf("upstream iterator as nobody: %v, want PermissionDenied", err)
 		}
 	})
+}
+
+// listerEnv names a snapshot-metadata-lister binary of upstream's to run against the sidecar as
+// well (by hand: upstream's tools are not Go modules the proxy serves).
+const listerEnv = "SHUTTER_UPSTREAM_LISTER"
+
+// runLister runs upstream's lister for the delta from a to b as the backup ServiceAccount and
+// checks that its JSON output holds the changed ranges.
+func runLister(t *testing.T, lister, ns string) {
+	out, err := exec.CommandContext(t.Context(), lister, "-kubeconfig", testenv.Start(t).Kubeconfig, "-n", ns, "-s", "b", "-p", "a",
+		"-service-account", "backup", "-service-account-namespace", ns, "-o", "json").CombinedOutput()
+	t.Logf("%s:\n%s", lister, out)
+	if err != nil {
+		t.Fatalf("%s: %v", lister, err)
+	}
+	for _, r := range changed {
+		if !strings.Contains(string(out), fmt.Sprintf(`"byte_offset":%d,"size_bytes":%d`, r[0], r[1])) {
+			t.Errorf("the lister's output lacks the range %v", r)
+		}
+	}
 }
 
 // merged is the allocated ranges of B: A's written ranges and the changed ones, merged.

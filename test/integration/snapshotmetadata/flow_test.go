@@ -228,4 +228,3 @@ func flatten(batches []changedblocks.Batch) [][2]int64 {
 	}
 	return out
 }
-
