@@ -41,6 +41,13 @@ var _ Client = (*GRPC)(nil)
 // can create and delete snapshots. Every failure is returned with a message that says what to
 // fix; the connection is closed again on failure.
 func Connect(ctx context.Context, opts ConnectOptions) (*GRPC, error) {
+	return dial(ctx, opts, newGRPC, (*GRPC).DriverName)
+}
+
+// dial connects to the driver at opts.Address and builds a client on the connection; the
+// connection is closed again when build fails. The metrics learn the driver's name.
+func dial[T any](ctx context.Context, opts ConnectOptions, build func(context.Context, *grpc.ClientConn, ConnectOptions) (T, error), name func(T) string) (T, error) {
+	var none T
 	if opts.Timeout <= 0 {
 		opts.Timeout = time.Minute
 	}
@@ -49,15 +56,15 @@ func Connect(ctx context.Context, opts ConnectOptions) (*GRPC, error) {
 		return true
 	}))
 	if err != nil {
-		return nil, fmt.Errorf("connect to CSI driver at %s: %w", opts.Address, err)
+		return none, fmt.Errorf("connect to CSI driver at %s: %w", opts.Address, err)
 	}
-	c, err := newGRPC(ctx, conn, opts)
+	c, err := build(ctx, conn, opts)
 	if err != nil {
 		_ = conn.Close()
-		return nil, err
+		return none, err
 	}
 	if opts.Metrics != nil {
-		opts.Metrics.SetDriverName(c.name)
+		opts.Metrics.SetDriverName(name(c))
 	}
 	return c, nil
 }

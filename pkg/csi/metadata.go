@@ -3,10 +3,8 @@ package csi
 import (
 	"context"
 	"fmt"
-	"time"
 
 	"github.com/container-storage-interface/spec/lib/go/csi"
-	"github.com/kubernetes-csi/csi-lib-utils/connection"
 	"github.com/kubernetes-csi/csi-lib-utils/rpc"
 	"google.golang.org/grpc"
 	"k8s.io/klog/v2"
@@ -24,25 +22,7 @@ type Metadata struct {
 // ConnectMetadata connects to the driver, waits until it is ready, reads its name and checks that
 // it offers the SNAPSHOT_METADATA_SERVICE plugin capability. A lost connection is re-established.
 func ConnectMetadata(ctx context.Context, opts ConnectOptions) (*Metadata, error) {
-	if opts.Timeout <= 0 {
-		opts.Timeout = time.Minute
-	}
-	conn, err := connection.Connect(ctx, opts.Address, opts.Metrics, connection.OnConnectionLoss(func(ctx context.Context) bool {
-		klog.FromContext(ctx).Info("Lost connection to the CSI driver, reconnecting", "address", opts.Address)
-		return true
-	}))
-	if err != nil {
-		return nil, fmt.Errorf("connect to CSI driver at %s: %w", opts.Address, err)
-	}
-	m, err := newMetadata(ctx, conn, opts)
-	if err != nil {
-		_ = conn.Close()
-		return nil, err
-	}
-	if opts.Metrics != nil {
-		opts.Metrics.SetDriverName(m.name)
-	}
-	return m, nil
+	return dial(ctx, opts, newMetadata, (*Metadata).DriverName)
 }
 
 func newMetadata(ctx context.Context, conn *grpc.ClientConn, opts ConnectOptions) (*Metadata, error) {
