@@ -96,6 +96,32 @@ func TestChangedBlocks(t *testing.T) {
 		})
 	}
 
+	t.Run("kubectl shutter changed-blocks", func(t *testing.T) {
+		kubeconfig := testenv.Start(t).Kubeconfig
+		var out, errOut strings.Builder
+		err := changedblocks.Run(ctx, []string{"--kubeconfig", kubeconfig, e.ns + "/b", "--base", "a",
+			"--service-account", e.ns + "/backup", "-o", "json", "--max-results", "1"}, &out, &errOut)
+		if err != nil {
+			t.Fatalf("%v\n%s", err, errOut.String())
+		}
+		if lines := strings.Count(out.String(), "\n"); lines != len(changed) {
+			t.Errorf("%d JSON lines, want one per range with --max-results 1:\n%s", lines, out.String())
+		}
+		for _, r := range changed {
+			if !strings.Contains(out.String(), fmt.Sprintf(`{"byteOffset":%d,"sizeBytes":%d}`, r[0], r[1])) {
+				t.Errorf("output lacks %v:\n%s", r, out.String())
+			}
+		}
+		_, baseCopy := e.volume(t, e.ns+"-verify-a", handleA)
+		_, targetCopy := e.volume(t, e.ns+"-verify-b", handleB)
+		out.Reset()
+		err = changedblocks.Run(ctx, []string{"--kubeconfig", kubeconfig, e.ns + "/b", "--base", "a",
+			"--service-account", e.ns + "/backup", "--source", targetCopy, "--verify", baseCopy}, &out, &errOut)
+		if err != nil || !strings.Contains(out.String(), "verified: equal") {
+			t.Errorf("--verify: %v\n%s%s", err, out.String(), errOut.String())
+		}
+	})
+
 	t.Run("upstream iterator", func(t *testing.T) {
 		clients, err := iterator.BuildClients(testenv.Start(t).Config)
 		if err != nil {

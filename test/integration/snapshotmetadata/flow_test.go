@@ -7,6 +7,7 @@ import (
 	"io"
 	"net"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"testing"
 	"time"
@@ -44,8 +45,45 @@ type env struct {
 	kube      kubernetes.Interface
 	snapshots clientset.Interface
 	ctrl      csi.ControllerClient
-	dataDir   string
-	ns        string
+	// volumePath is where the driver keeps a block volume's data.
+	volumePath func(id string) string
+	ns         string
+}
+
+// upstreamHostpathEnv names a binary of upstream's csi-driver-host-path to test the sidecar in
+// front of instead of Shutter's driver (by hand: that driver is not a Go module the proxy serves).
+const upstreamHostpathEnv = "SHUTTER_UPSTREAM_HOSTPATH"
+
+// startDriver serves a driver on socket: Shutter's hostpath driver in this process, or
+// upstream's binary named by $SHUTTER_UPSTREAM_HOSTPATH. Its end is sent on served.
+func (e *env) startDriver(t *testing.T, ctx context.Context, dir, socket string, served chan<- error) (stop func()) {
+	t.Helper()
+	data := filepath.Join(dir, "data")
+	if bin := os.Getenv(upstreamHostpathEnv); bin != "" {
+		e.volumePath = func(id string) string { return filepath.Join(data, id) }
+		cmd := exec.CommandContext(ctx, bin, "--endpoint=unix://"+socket, "--drivername="+driverName, "--nodeid=node-1",
+			"--statedir="+data, "--enable-snapshot-metadata", "--snapshot-metadata-block-type=VARIABLE_LENGTH")
+		cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		go func() { _ = cmd.Wait(); served <- nil }()
+		return func() {}
+	}
+	e.volumePath = func(id string) string { return filepath.Join(data, "volumes", id) }
+	o := hostpath.DefaultOptions()
+	o.NodeID, o.DriverName, o.DataDir, o.EnableSnapshotMetadata = "node-1", driverName, data, true
+	o.Endpoint, o.Sync = "unix://"+socket, false
+	d, err := hostpath.New(ctx, o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	lis, err := net.Listen("unix", socket)
+	if err != nil {
+		t.Fatal(err)
+	}
+	go func() { served <- d.Serve(ctx, lis) }()
+	return func() { _ = d.Close() }
 }
 
 func start(t *testing.T) *env {
@@ -55,25 +93,14 @@ func start(t *testing.T) *env {
 	e := &env{kube: kubernetes.NewForConfigOrDie(cp.Config), snapshots: clientset.NewForConfigOrDie(cp.Config)}
 	ctx, cancel := context.WithCancel(context.Background())
 	dir := t.TempDir()
-	o := hostpath.DefaultOptions()
-	o.NodeID, o.DriverName, o.DataDir, o.EnableSnapshotMetadata = "node-1", driverName, filepath.Join(dir, "data"), true
-	o.Endpoint, o.Sync = "unix://"+filepath.Join(dir, "csi.sock"), false
-	d, err := hostpath.New(ctx, o)
-	if err != nil {
-		cancel()
-		t.Fatal(err)
-	}
-	lis, err := net.Listen("unix", filepath.Join(dir, "csi.sock"))
-	if err != nil {
-		t.Fatal(err)
-	}
 	served := make(chan error, 2)
-	go func() { served <- d.Serve(ctx, lis) }()
-	conn, err := grpc.NewClient("unix://"+filepath.Join(dir, "csi.sock"), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	socket := filepath.Join(dir, "csi.sock")
+	stopDriver := e.startDriver(t, ctx, dir, socket, served)
+	conn, err := grpc.NewClient("unix://"+socket, grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
 		t.Fatal(err)
 	}
-	e.ctrl, e.dataDir = csi.NewControllerClient(conn), o.DataDir
+	e.ctrl = csi.NewControllerClient(conn)
 
 	certs := smtest.NewCerts(t)
 	tcp, err := net.Listen("tcp", "127.0.0.1:0")
@@ -86,7 +113,7 @@ func start(t *testing.T) *env {
 		t.Fatal(err)
 	}
 	opts := snapshotmetadata.DefaultOptions()
-	opts.CSIAddress, opts.Config, opts.Listener = filepath.Join(dir, "csi.sock"), cp.Config, tcp
+	opts.CSIAddress, opts.Config, opts.Listener = socket, cp.Config, tcp
 	opts.TLSCert, opts.TLSKey = certs.CertFile, certs.KeyFile
 	ready := make(chan struct{})
 	opts.Ready = func(net.Addr) { close(ready) }
@@ -99,7 +126,7 @@ func start(t *testing.T) *env {
 			}
 		}
 		_ = conn.Close()
-		_ = d.Close()
+		stopDriver()
 		_ = e.snapshots.CbtV1beta1().SnapshotMetadataServices().Delete(context.Background(), driverName, metav1.DeleteOptions{})
 	})
 	select {
@@ -130,7 +157,7 @@ func (e *env) volume(t *testing.T, name, fromSnapshot string) (string, string) {
 		t.Fatal(err)
 	}
 	id := resp.GetVolume().GetVolumeId()
-	return id, filepath.Join(e.dataDir, "volumes", id)
+	return id, e.volumePath(id)
 }
 
 // snapshot cuts a backend snapshot of volume and makes a ready VolumeSnapshot name bound to a
