@@ -76,6 +76,8 @@ func TestChartOnNode(t *testing.T) {
 		t.Errorf("reader printed %q, writer %q", read, written)
 	}
 
+	checkSnapshotMetadata(t, k, "data-snapshot")
+
 	k.run("", "kubectl", "delete", "pod", "writer", "reader", "--wait")
 	k.run("", "kubectl", "delete", "pvc", "restored", "data", "--wait")
 	k.run("", "kubectl", "delete", "volumesnapshot", "--all", "--wait", "--timeout=3m")

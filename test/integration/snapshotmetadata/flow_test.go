@@ -118,9 +118,10 @@ func start(t *testing.T) *env {
 	ready := make(chan struct{})
 	opts.Ready = func(net.Addr) { close(ready) }
 	go func() { served <- snapshotmetadata.Run(ctx, opts) }()
+	running := 2 // servers whose end is still to be received from served
 	t.Cleanup(func() {
 		cancel()
-		for range 2 {
+		for range running {
 			if err := <-served; err != nil {
 				t.Errorf("stopped with %v", err)
 			}
@@ -132,6 +133,7 @@ func start(t *testing.T) *env {
 	select {
 	case <-ready:
 	case err := <-served:
+		running--
 		t.Fatalf("a server stopped: %v", err)
 	case <-time.After(time.Minute):
 		t.Fatal("the sidecar did not start")
