@@ -264,6 +264,8 @@ type HTTPOptions struct {
 	Endpoint string
 	// Profiling also serves Go's profiles at /debug/pprof/.
 	Profiling bool
+	// MetricsPath is where the metrics are served; empty means /metrics.
+	MetricsPath string
 }
 
 // AddFlags registers --http-endpoint (with the given help text) and --profiling.
@@ -272,15 +274,21 @@ func (o *HTTPOptions) AddFlags(fs *flag.FlagSet, endpointHelp string) {
 	fs.BoolVar(&o.Profiling, "profiling", false, "Also serve Go's CPU, heap and goroutine profiles at /debug/pprof/ on --http-endpoint.")
 }
 
-// ServeHTTP serves /metrics from reg, /healthz and /healthz/<check> (and the profiles when
-// asked) until ctx is done.
+// ServeHTTP serves /metrics (or MetricsPath) from reg unless reg is nil, /healthz and
+// /healthz/<check> (and the profiles when asked) until ctx is done.
 func ServeHTTP(ctx context.Context, opts HTTPOptions, reg prometheus.Gatherer, checks ...HealthCheck) error {
 	addr := opts.Endpoint
 	if addr == "" {
 		return nil
 	}
 	mux := http.NewServeMux()
-	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
+	if reg != nil {
+		path := opts.MetricsPath
+		if path == "" {
+			path = "/metrics"
+		}
+		mux.Handle(path, promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
+	}
 	InstallHealthChecks(mux, checks...)
 	if opts.Profiling {
 		mux.HandleFunc("/debug/pprof/", pprof.Index)

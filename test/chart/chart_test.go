@@ -68,7 +68,7 @@ func podSpecs(t *testing.T, docs testenv.Rendered) map[string]corev1.PodSpec {
 // container; a projected token is mounted into the containers that call the API server, and
 // into no other (the privileged driver, the registrar, the health test's wget).
 func TestTokensOnlyWhereTheAPIIsCalled(t *testing.T) {
-	wantToken := []string{"conversion-webhook", "csi-provisioner", "csi-snapshotter", "leases", "snapshot-controller"}
+	wantToken := []string{"conversion-webhook", "csi-provisioner", "csi-snapshot-metadata", "csi-snapshotter", "leases", "snapshot-controller"}
 	specs := podSpecs(t, everything(t))
 	if len(specs) != 5 {
 		t.Errorf("pods %d, want 5 (controller, webhook, hostpath, two tests)", len(specs))
@@ -103,32 +103,35 @@ func TestHTTPServersListenOnThePodIP(t *testing.T) {
 	for _, tc := range []struct {
 		name string
 		args []string
-		want map[string]string // container -> listen argument
-		env  bool              // POD_IP set in those containers
+		want map[string][]string // container -> its listen arguments
+		env  bool                // POD_IP set in those containers
 	}{
-		{name: "defaults", env: true, want: map[string]string{"snapshot-controller": "--http-endpoint=[$(POD_IP)]:8080",
-			"csi-snapshotter": "--http-endpoint=[$(POD_IP)]:8081", "conversion-webhook": "--address=$(POD_IP)"}},
-		{name: "listenAddress", args: []string{"--set", "global.listenAddress=127.0.0.1"}, want: map[string]string{
-			"snapshot-controller": "--http-endpoint=127.0.0.1:8080", "csi-snapshotter": "--http-endpoint=127.0.0.1:8081",
-			"conversion-webhook": "--address=127.0.0.1"}},
+		{name: "defaults", env: true, want: map[string][]string{"snapshot-controller": {"--http-endpoint=[$(POD_IP)]:8080"},
+			"csi-snapshotter": {"--http-endpoint=[$(POD_IP)]:8081"}, "conversion-webhook": {"--address=$(POD_IP)"},
+			"csi-snapshot-metadata": {"--listen-address=$(POD_IP)", "--http-endpoint=[$(POD_IP)]:8082"}}},
+		{name: "listenAddress", args: []string{"--set", "global.listenAddress=127.0.0.1"}, want: map[string][]string{
+			"snapshot-controller": {"--http-endpoint=127.0.0.1:8080"}, "csi-snapshotter": {"--http-endpoint=127.0.0.1:8081"},
+			"conversion-webhook":    {"--address=127.0.0.1"},
+			"csi-snapshot-metadata": {"--listen-address=127.0.0.1", "--http-endpoint=127.0.0.1:8082"}}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			seen := 0
 			for key, spec := range podSpecs(t, everything(t, tc.args...)) {
 				for _, c := range spec.Containers {
+					var listen []string
 					for _, a := range c.Args {
-						if (strings.HasPrefix(a, "--http-endpoint=") || strings.HasPrefix(a, "--address=")) && a != tc.want[c.Name] {
-							t.Errorf("%s %s: %s, want %q", key, c.Name, a, tc.want[c.Name])
+						if strings.HasPrefix(a, "--http-endpoint=") || strings.HasPrefix(a, "--address=") || strings.HasPrefix(a, "--listen-address=") {
+							listen = append(listen, a)
 						}
 					}
-					want, listens := tc.want[c.Name]
-					if !listens {
+					want := tc.want[c.Name]
+					if !slices.Equal(listen, want) {
+						t.Errorf("%s %s: listens on %q, want %q", key, c.Name, listen, want)
+					}
+					if want == nil {
 						continue
 					}
 					seen++
-					if !slices.Contains(c.Args, want) {
-						t.Errorf("%s %s: args %q lack %s", key, c.Name, c.Args, want)
-					}
 					podIP := slices.ContainsFunc(c.Env, func(e corev1.EnvVar) bool {
 						return e.Name == "POD_IP" && e.ValueFrom != nil && e.ValueFrom.FieldRef != nil && e.ValueFrom.FieldRef.FieldPath == "status.podIP"
 					})
@@ -171,7 +174,8 @@ func TestConversionWebhookBounds(t *testing.T) {
 
 // TestDriverNamespace: with hostpath.namespace the chart creates that namespace for the driver's
 // privileged pod alone, labelled to allow it and kept on uninstall, and puts the driver, its
-// ServiceAccount, its Lease's Role and its Lease test there; the controller counts its Leases.
+// ServiceAccount, its Lease's Role, its Lease test and its snapshot-metadata Service and
+// certificate there; the controller counts its Leases.
 func TestDriverNamespace(t *testing.T) {
 	docs := everything(t, "--set", "hostpath.namespace=shutter-driver")
 	var ns corev1.Namespace
@@ -188,7 +192,8 @@ func TestDriverNamespace(t *testing.T) {
 	}
 	for _, key := range []string{"StatefulSet/shutter-driver/shutter-hostpath", "ServiceAccount/shutter-driver/shutter-hostpath",
 		"Role/shutter-driver/shutter-hostpath-snapshotter-lease", "Pod/shutter-driver/shutter-test-leases",
-		"Pod/" + namespace + "/shutter-test-leases", "Deployment/" + namespace + "/shutter-snapshot-controller"} {
+		"Pod/" + namespace + "/shutter-test-leases", "Deployment/" + namespace + "/shutter-snapshot-controller",
+		"Service/shutter-driver/shutter-snapshot-metadata", "Secret/shutter-driver/shutter-snapshot-metadata-tls"} {
 		if _, ok := docs[key]; !ok {
 			t.Errorf("no %s", key)
 		}
