@@ -54,6 +54,8 @@ func (s *sidecar) run(ctx context.Context) {
 
 	_, groupCRD := crds[groupContentCRD]
 	switch {
+	case !s.opts.Groups:
+		logger.Info("Group snapshots are turned off (--feature-gates=CSIVolumeGroupSnapshot=false); not watching group contents")
 	case !s.csi.Capabilities().GroupSnapshots:
 		logger.V(2).Info("The driver does not take group snapshots; not watching group contents")
 	case !groupCRD:
