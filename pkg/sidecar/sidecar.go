@@ -100,6 +100,7 @@ func Run(ctx context.Context, opts Options) error {
 	}
 	reg := app.Registry()
 	names.RegisterWorkqueue(reg) // before any queue exists, so every queue reports
+	names.RegisterLeaderElection(reg)
 	s := &sidecar{opts: opts, csi: driver, kube: c.kube, snapshots: c.snapshots, metrics: newMetrics(reg), cfg: cfg}
 	var wg sync.WaitGroup
 	wg.Go(func() {

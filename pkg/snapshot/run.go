@@ -67,6 +67,7 @@ func Run(ctx context.Context, opts RunOptions) error {
 	}
 	reg := app.Registry()
 	metrics.RegisterWorkqueue(reg)
+	metrics.RegisterLeaderElection(reg)
 	httpErr := make(chan error, 1)
 	go func() { httpErr <- app.ServeHTTP(ctx, opts.HTTP, reg, elector.Check()) }()
 
