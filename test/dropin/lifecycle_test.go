@@ -123,7 +123,9 @@ func groupLifecycle(t *testing.T, ns string) {
 	groups := suite.snap.GroupsnapshotV1().VolumeGroupSnapshots(ns)
 	vgs := testenv.WaitFor(t, "group "+name+" ready", readyTimeout, func(ctx context.Context) (*groupv1.VolumeGroupSnapshot, error) {
 		return groups.Get(ctx, name, metav1.GetOptions{})
-	}, func(g *groupv1.VolumeGroupSnapshot) bool { return g.Status != nil && ptr.Deref(g.Status.ReadyToUse, false) })
+	}, func(g *groupv1.VolumeGroupSnapshot) bool {
+		return g.Status != nil && ptr.Deref(g.Status.ReadyToUse, false)
+	})
 	contentName := ptr.Deref(vgs.Status.BoundVolumeGroupSnapshotContentName, "")
 	if err := groups.Delete(ctx, name, metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
