@@ -156,16 +156,11 @@ func waitGone(t *testing.T, what string, get func(ctx context.Context) error) {
 
 func backendHas(t *testing.T, handle string) bool {
 	t.Helper()
-	snaps, err := suite.csi.ListSnapshots(context.Background())
+	has, err := suite.csi.HasSnapshot(context.Background(), handle)
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, s := range snaps {
-		if s.GetSnapshotId() == handle {
-			return true
-		}
-	}
-	return false
+	return has
 }
 
 // controllerArgs and sidecarArgs run a component as upstream's ServiceAccount, electing a leader

@@ -2,6 +2,7 @@ package dropin
 
 import (
 	"encoding/json"
+	"maps"
 	"net/http"
 	"slices"
 	"sort"
@@ -68,32 +69,32 @@ func TestUpstreamRBAC(t *testing.T) {
 // pkg/metrics, csi-lib-utils v0.25.0 metrics, component-base v0.37 workqueue and leader election
 // metrics); histogram families also have le on their buckets.
 var (
-	controllerMetrics = map[string][]string{
+	// clientGoMetrics are served by both.
+	clientGoMetrics = map[string][]string{
+		"process_start_time_seconds":                  nil,
+		"workqueue_depth":                             {"name"},
+		"workqueue_adds_total":                        {"name"},
+		"workqueue_queue_duration_seconds":            {"name"},
+		"workqueue_work_duration_seconds":             {"name"},
+		"workqueue_unfinished_work_seconds":           {"name"},
+		"workqueue_longest_running_processor_seconds": {"name"},
+		"workqueue_retries_total":                     {"name"},
+		"leader_election_master_status":               {"name"},
+	}
+	controllerMetrics = with(clientGoMetrics, map[string][]string{
 		"snapshot_controller_operation_total_seconds": {"driver_name", "operation_name", "operation_status", "snapshot_type"},
 		"snapshot_controller_operations_in_flight":    nil,
-		"process_start_time_seconds":                  nil,
-		"workqueue_depth":                             {"name"},
-		"workqueue_adds_total":                        {"name"},
-		"workqueue_queue_duration_seconds":            {"name"},
-		"workqueue_work_duration_seconds":             {"name"},
-		"workqueue_unfinished_work_seconds":           {"name"},
-		"workqueue_longest_running_processor_seconds": {"name"},
-		"workqueue_retries_total":                     {"name"},
-		"leader_election_master_status":               {"name"},
-	}
-	sidecarMetrics = map[string][]string{
-		"csi_sidecar_operations_seconds":              {"driver_name", "grpc_status_code", "method_name"},
-		"process_start_time_seconds":                  nil,
-		"workqueue_depth":                             {"name"},
-		"workqueue_adds_total":                        {"name"},
-		"workqueue_queue_duration_seconds":            {"name"},
-		"workqueue_work_duration_seconds":             {"name"},
-		"workqueue_unfinished_work_seconds":           {"name"},
-		"workqueue_longest_running_processor_seconds": {"name"},
-		"workqueue_retries_total":                     {"name"},
-		"leader_election_master_status":               {"name"},
-	}
+	})
+	sidecarMetrics = with(clientGoMetrics, map[string][]string{
+		"csi_sidecar_operations_seconds": {"driver_name", "grpc_status_code", "method_name"},
+	})
 )
+
+func with(a, b map[string][]string) map[string][]string {
+	out := maps.Clone(a)
+	maps.Copy(out, b)
+	return out
+}
 
 func scrape(t *testing.T, url string) map[string]*dto.MetricFamily {
 	t.Helper()
