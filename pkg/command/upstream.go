@@ -15,6 +15,7 @@ import (
 	"k8s.io/component-base/featuregate"
 	logsapi "k8s.io/component-base/logs/api/v1"
 	_ "k8s.io/component-base/logs/json/register" // --logging-format=json
+	metricsfeatures "k8s.io/component-base/metrics/features"
 	"k8s.io/klog/v2"
 )
 
@@ -73,6 +74,11 @@ func NewDropIn() *DropIn {
 	gates := utilfeature.DefaultMutableFeatureGate.DeepCopy()
 	if err := gates.Add(upstreamGates); err != nil {
 		panic(err) // a programming error: the specs above are constant
+	}
+	// Upstream's binaries also know component-base's metrics gates (k8s.io/apiserver/pkg/server
+	// adds them); accepted here, with no effect on Shutter's Prometheus client.
+	if err := metricsfeatures.AddFeatureGates(gates); err != nil {
+		panic(err)
 	}
 	logGates := featuregate.NewFeatureGate()
 	if err := logsapi.AddFeatureGates(logGates); err != nil {

@@ -28,6 +28,7 @@ var (
 		{"--retry-interval-max=2m30s"}, {"--enable-distributed-snapshotting"},
 		{"--prevent-volume-mode-conversion=true"}, {"--retry-crd-interval-max=30s"},
 		{"--feature-gates=CSIVolumeGroupSnapshot=true"}, {"--feature-gates=ReleaseLeaderElectionOnExit=true"},
+		{"--feature-gates=NativeHistograms=false,AllBeta=false,APIResponseCompression=true"},
 		{"--automaxprocs"}, {"--automaxprocs=false"}, {"-version"},
 	}
 	// SnapshotterFlags are the rest of the csi-snapshotter's.
