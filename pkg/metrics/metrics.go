@@ -196,50 +196,35 @@ func newQueueVecs(namespace string, buckets []float64) *queueVecs {
 // provider hands each queue the metrics of every set.
 type provider []*queueVecs
 
-func (p provider) gauges(vec func(*queueVecs) *prometheus.GaugeVec, name string) gauges {
-	var out gauges
-	for _, v := range p {
-		out = append(out, vec(v).WithLabelValues(name))
-	}
-	return out
-}
-
-func (p provider) counters(vec func(*queueVecs) *prometheus.CounterVec, name string) counters {
-	var out counters
-	for _, v := range p {
-		out = append(out, vec(v).WithLabelValues(name))
-	}
-	return out
-}
-
-func (p provider) histograms(vec func(*queueVecs) *prometheus.HistogramVec, name string) histograms {
-	var out histograms
-	for _, v := range p {
-		out = append(out, vec(v).WithLabelValues(name))
+// perSet returns one metric of each set.
+func perSet[M any](p provider, metric func(*queueVecs) M) []M {
+	out := make([]M, len(p))
+	for i, v := range p {
+		out[i] = metric(v)
 	}
 	return out
 }
 
 func (p provider) NewDepthMetric(name string) workqueue.GaugeMetric {
-	return p.gauges(func(v *queueVecs) *prometheus.GaugeVec { return v.depth }, name)
+	return gauges(perSet(p, func(v *queueVecs) prometheus.Gauge { return v.depth.WithLabelValues(name) }))
 }
 func (p provider) NewAddsMetric(name string) workqueue.CounterMetric {
-	return p.counters(func(v *queueVecs) *prometheus.CounterVec { return v.adds }, name)
+	return counters(perSet(p, func(v *queueVecs) prometheus.Counter { return v.adds.WithLabelValues(name) }))
 }
 func (p provider) NewLatencyMetric(name string) workqueue.HistogramMetric {
-	return p.histograms(func(v *queueVecs) *prometheus.HistogramVec { return v.latency }, name)
+	return histograms(perSet(p, func(v *queueVecs) prometheus.Observer { return v.latency.WithLabelValues(name) }))
 }
 func (p provider) NewWorkDurationMetric(name string) workqueue.HistogramMetric {
-	return p.histograms(func(v *queueVecs) *prometheus.HistogramVec { return v.work }, name)
+	return histograms(perSet(p, func(v *queueVecs) prometheus.Observer { return v.work.WithLabelValues(name) }))
 }
 func (p provider) NewUnfinishedWorkSecondsMetric(name string) workqueue.SettableGaugeMetric {
-	return p.gauges(func(v *queueVecs) *prometheus.GaugeVec { return v.unfinished }, name)
+	return gauges(perSet(p, func(v *queueVecs) prometheus.Gauge { return v.unfinished.WithLabelValues(name) }))
 }
 func (p provider) NewLongestRunningProcessorSecondsMetric(name string) workqueue.SettableGaugeMetric {
-	return p.gauges(func(v *queueVecs) *prometheus.GaugeVec { return v.longest }, name)
+	return gauges(perSet(p, func(v *queueVecs) prometheus.Gauge { return v.longest.WithLabelValues(name) }))
 }
 func (p provider) NewRetriesMetric(name string) workqueue.CounterMetric {
-	return p.counters(func(v *queueVecs) *prometheus.CounterVec { return v.retries }, name)
+	return counters(perSet(p, func(v *queueVecs) prometheus.Counter { return v.retries.WithLabelValues(name) }))
 }
 
 // gauges, counters and histograms pass each update to every metric of the list.
