@@ -38,6 +38,7 @@ func parseFlags(args []string) (sidecar.Options, bool, error) {
 	fs.DurationVar(&opts.RetryIntervalMax, "retry-interval-max", opts.RetryIntervalMax, "Longest retry delay.")
 	fs.DurationVar(&opts.ResyncPeriod, "resync-period", opts.ResyncPeriod, "How often every object is looked at again; 0 disables.")
 	opts.HTTP.AddFlags(fs, "Address serving /metrics and /healthz/leader-election, e.g. :8080; empty serves nothing.")
+	opts.HTTP.AddMetricsFlags(fs)
 	opts.Client.AddFlags(fs, opts.Client.QPS, opts.Client.Burst)
 	opts.LeaderElection.AddFlags(fs)
 	dropIn := command.NewDropIn()

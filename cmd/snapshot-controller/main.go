@@ -31,6 +31,7 @@ func parseFlags(args []string) (snapshot.RunOptions, bool, error) {
 	opts.Client.AddFlags(fs, 100, 200)
 	opts.LeaderElection.AddFlags(fs)
 	opts.HTTP.AddFlags(fs, "Address (host:port) serving /metrics, /healthz and /healthz/leader-election; empty serves nothing.")
+	opts.HTTP.AddMetricsFlags(fs)
 	fs.DurationVar(&opts.RetryCRDIntervalMax, "retry-crd-interval-max", 30*time.Second, "Longest wait between checks for the snapshot CRDs at start; past it the controller exits.")
 	fs.IntVar(&opts.Controller.Workers, "worker-threads", 10, "Workers per queue.")
 	fs.DurationVar(&opts.Controller.Retry.RetryStart, "retry-interval-start", time.Second, "First retry delay of a failed object; doubles on each failure.")

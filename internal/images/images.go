@@ -1,5 +1,6 @@
 // Package images builds Shutter's container images: one OCI image index per component
-// (snapshot-controller, csi-snapshotter, hostpath-driver, snapshot-conversion-webhook), each
+// (snapshot-controller, csi-snapshotter, hostpath-driver, snapshot-conversion-webhook,
+// csi-snapshot-metadata), each
 // image a static binary with no shell. `make images` runs it through hack/images.
 //
 // Names agree with the Helm chart: <registry>/<component>:<version>, where the registry is the
@@ -62,6 +63,8 @@ var Components = []Component{
 		Description: "Shutter's hostpath CSI driver: volumes and snapshots in a local directory"},
 	{Name: "snapshot-conversion-webhook", CACertificates: true,
 		Description: "Shutter's conversion webhook for the group snapshot API versions"},
+	{Name: "csi-snapshot-metadata", CACertificates: true,
+		Description: "Shutter's snapshot-metadata sidecar: serves changed block ranges of snapshots to backup applications"},
 }
 
 // DefaultPlatforms are the platforms every index holds.

@@ -305,13 +305,17 @@ type HTTPOptions struct {
 	Profiling bool
 }
 
-// AddFlags registers --http-endpoint (with the given help text), --metrics-address,
-// --metrics-path and --profiling.
+// AddFlags registers --http-endpoint (with the given help text) and --profiling.
 func (o *HTTPOptions) AddFlags(fs *flag.FlagSet, endpointHelp string) {
 	fs.StringVar(&o.Endpoint, "http-endpoint", "", endpointHelp)
+	fs.BoolVar(&o.Profiling, "profiling", false, "Also serve Go's CPU, heap and goroutine profiles at /debug/pprof/ on --http-endpoint.")
+}
+
+// AddMetricsFlags registers the upstream sidecars' --metrics-address and --metrics-path; call
+// Complete after parsing.
+func (o *HTTPOptions) AddMetricsFlags(fs *flag.FlagSet) {
 	fs.StringVar(&o.MetricsAddress, "metrics-address", "", "(deprecated) Another name of --http-endpoint; only one of the two can be set.")
 	fs.StringVar(&o.MetricsPath, "metrics-path", "/metrics", "The HTTP path where the Prometheus metrics are served.")
-	fs.BoolVar(&o.Profiling, "profiling", false, "Also serve Go's CPU, heap and goroutine profiles at /debug/pprof/ on --http-endpoint.")
 }
 
 // Complete checks the flags and folds --metrics-address into Endpoint.
@@ -328,19 +332,21 @@ func (o *HTTPOptions) Complete() error {
 	return nil
 }
 
-// ServeHTTP serves /metrics from reg, /healthz and /healthz/<check> (and the profiles when
-// asked) until ctx is done.
+// ServeHTTP serves /metrics (or MetricsPath) from reg unless reg is nil, /healthz and
+// /healthz/<check> (and the profiles when asked) until ctx is done.
 func ServeHTTP(ctx context.Context, opts HTTPOptions, reg prometheus.Gatherer, checks ...HealthCheck) error {
 	addr := opts.Endpoint
 	if addr == "" {
 		return nil
 	}
 	mux := http.NewServeMux()
-	path := opts.MetricsPath
-	if path == "" {
-		path = "/metrics"
+	if reg != nil {
+		path := opts.MetricsPath
+		if path == "" {
+			path = "/metrics"
+		}
+		mux.Handle(path, promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
 	}
-	mux.Handle(path, promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
 	InstallHealthChecks(mux, checks...)
 	if opts.Profiling {
 		mux.HandleFunc("/debug/pprof/", pprof.Index)

@@ -132,6 +132,21 @@ var UpstreamOperations = prometheus.NewHistogramVec(prometheus.HistogramOpts{
 	Buckets: []float64{0.1, 0.25, 0.5, 1, 2.5, 5, 10, 15, 30, 60, 120, 300, 600},
 }, []string{UpstreamLabelDriver, UpstreamLabelOperation, UpstreamLabelType, UpstreamLabelStatus})
 
+// The snapshot-metadata sidecar's metrics: upstream's operations histogram (csi-lib-utils', under
+// upstream's subsystem and extra labels) and Shutter's own (shutter_snapshot_metadata_*).
+const (
+	SnapshotMetadataUpstreamSubsystem = "snapshot_metadata_controller"
+	LabelTargetSnapshot               = "target_snapshot"
+	LabelBaseSnapshot                 = "base_snapshot"
+
+	SnapshotMetadataSubsystem = "snapshot_metadata"
+	SnapshotMetadataCalls     = "calls_total"
+	SnapshotMetadataActive    = "streams_active"
+	SnapshotMetadataRanges    = "ranges_total"
+	SnapshotMetadataCovered   = "covered_bytes_total"
+	LabelCode                 = "code"
+)
+
 // Operations is the latency of whole snapshot operations, from request to outcome.
 var Operations = prometheus.NewHistogramVec(prometheus.HistogramOpts{
 	Namespace: Namespace, Name: OperationDuration,

@@ -76,6 +76,8 @@ func TestChartOnNode(t *testing.T) {
 		t.Errorf("reader printed %q, writer %q", read, written)
 	}
 
+	checkSnapshotMetadata(t, k, "data-snapshot")
+
 	k.run("", "kubectl", "delete", "pod", "writer", "reader", "--wait")
 	k.run("", "kubectl", "delete", "pvc", "restored", "data", "--wait")
 	k.run("", "kubectl", "delete", "volumesnapshot", "--all", "--wait", "--timeout=3m")
@@ -102,7 +104,7 @@ func TestChartOnNode(t *testing.T) {
 func buildChartImages(t *testing.T, ctx context.Context, bin, dir string) []string {
 	t.Helper()
 	out := filepath.Join(dir, "images")
-	components := []string{"snapshot-controller", "csi-snapshotter", "hostpath-driver"}
+	components := []string{"snapshot-controller", "csi-snapshotter", "hostpath-driver", "csi-snapshot-metadata"}
 	cmd := exec.CommandContext(ctx, "go", "run", "./hack/images", "-version=e2e", "-commit=e2e",
 		"-registry=localhost/shutter-e2e", "-platforms=linux/"+runtime.GOARCH, "-out="+out,
 		"-only="+strings.Join(components, ","))
