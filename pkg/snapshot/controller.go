@@ -65,6 +65,9 @@ type Options struct {
 	// SidecarLeaseNamespaces are namespaces whose Leases count for that check besides
 	// kube-system and those of the ServiceAccounts allowed to write contents (liveness.go).
 	SidecarLeaseNamespaces []string
+	// UpdateClaims writes claims' finalizers with a read and an update instead of a patch, for
+	// roles that grant update but not patch on claims (the upstream snapshot-controller's).
+	UpdateClaims bool
 }
 
 // Clients are the controller's API clients. Each has a client-side rate limiter of its own, so
@@ -111,7 +114,7 @@ func New(clients Clients, kubeInformers informers.SharedInformerFactory,
 	if opts.StatusGrace == 0 {
 		opts.StatusGrace = 10 * time.Second
 	}
-	c := &Controller{opts: opts, clients: clients, recorder: recorder, clock: clock.RealClock{}, writes: newWriteLayer(clients)}
+	c := &Controller{opts: opts, clients: clients, recorder: recorder, clock: clock.RealClock{}, writes: newWriteLayer(clients, opts.UpdateClaims)}
 	if opts.SidecarLivenessThreshold > 0 {
 		c.liveness = newLiveness(clients.Kube, opts.SidecarLivenessThreshold, opts.SidecarLeaseNamespaces)
 	}
