@@ -353,6 +353,14 @@ func TestImageVolumeSizes(t *testing.T) {
 	if fi, err := os.Stat(e.d.imagePath(id)); err != nil || fi.Size() != minImageSize {
 		t.Errorf("the image after growing the volume to 12 MiB: %v, %v; want %d bytes", fi, err, minImageSize)
 	}
+	// A size whose last block group is too short for its metadata: the
+	// formatter alone made a filesystem the kernel refused to mount
+	// ("structure needs cleaning"), and CreateVolume failed for good.
+	odd := e.createVolume(t, "pvc-1025mi", 1025<<20, mountCap()).GetVolumeId()
+	if n, err := writeUntilFull(filepath.Join(e.d.volumePath(odd), "data"), 8<<20); err != nil {
+		t.Errorf("a 1025 MiB volume took %d bytes: %v", n, err)
+	}
+	e.deleteVolume(t, odd)
 	// Block volumes stay files.
 	block := e.createVolume(t, "pvc-block", 1<<20, blockCap()).GetVolumeId()
 	if v, _ := e.d.volumes.Get(block); v.Image {
