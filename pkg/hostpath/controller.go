@@ -525,6 +525,10 @@ func (d *Driver) growVolume(v state.Volume, size int64) error {
 	switch {
 	case v.AccessType == state.AccessBlock:
 		err = resizeFile(d.volumePath(v.ID), size, d.opts.Sync)
+		if err == nil && len(v.Published) > 0 {
+			// Its loop devices show the file's new size only when told.
+			err = d.mounter.ResizeLoops(d.volumePath(v.ID))
+		}
 	case v.Image:
 		err = d.growImageVolume(v, size)
 	}

@@ -103,6 +103,8 @@ type Driver struct {
 	// mountedImages are the IDs of the image volumes the driver has
 	// mounted at their paths (volimage.go).
 	mountedImages syncset.Set[string]
+	// mounter makes the node service's mounts and loop devices.
+	mounter Mounter
 }
 
 // Run starts the driver with opts and serves until ctx is cancelled.
@@ -203,6 +205,10 @@ func New(ctx context.Context, opts Options) (*Driver, error) {
 		now:      time.Now,
 		reserved: map[string]int64{},
 		quiesce:  quiescer,
+		mounter:  opts.Mounter,
+	}
+	if d.mounter == nil {
+		d.mounter = kernelMounter{}
 	}
 	// First of all, whatever fails later: pods a killed driver left
 	// frozen must run again.
@@ -401,6 +407,9 @@ func (d *Driver) recover(ctx context.Context) error {
 	}
 	cleanupHalted.Set(0)
 	if err := d.unmountStrays(logger); err != nil {
+		return err
+	}
+	if err := d.reconcileBlockLoops(); err != nil {
 		return err
 	}
 	if err := d.quarantineOrphans(logger, snapshotsDir(d.opts.DataDir), kindSnapshot, d.hasSnapshotData); err != nil {

@@ -87,6 +87,9 @@ type Options struct {
 	// served: a socket in kubelet's plugins_registry folder; "" is
 	// /registration/<DriverName>-reg.sock.
 	RegistrationSocket string
+	// Mounter makes the node service's mounts and loop devices; nil is the
+	// kernel's. Tests give hostpathtest.FakeMounter.
+	Mounter Mounter
 }
 
 // DefaultOptions returns the defaults the command line starts from.

@@ -74,6 +74,9 @@ func (d *Driver) takeSnapshot(ctx context.Context, snap state.Snapshot) error {
 		if err := d.volumeDataReady(v); err != nil {
 			return err
 		}
+		if err := d.syncBlockDevices(v); err != nil {
+			return err
+		}
 	}
 	empty, info, err := holdsNoData(d.volumePath(snap.SourceVolumeID), snap.SizeBytes)
 	if err != nil {

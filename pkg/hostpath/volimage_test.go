@@ -478,3 +478,24 @@ func mountNewImage(t *testing.T, img, mnt string, existing ...string) {
 	mustDo(t, unix.Mount(dev.path, mnt, "ext4", 0, ""))
 	t.Cleanup(func() { _ = unmountAll(mnt) })
 }
+
+// TestImageVolumeMountsNosuidNodev checks the flags of an image volume's
+// mounts, made new, after a restart and at a pod's target: a set-user-ID
+// file or a device node a workload puts into its volume has no effect.
+func TestImageVolumeMountsNosuidNodev(t *testing.T) {
+	e := newImageEnv(t)
+	id := e.createVolume(t, "pvc-flags", 32<<20, mountCap()).GetVolumeId()
+	check := func(when, path string) {
+		t.Helper()
+		if flags, err := statfsFlags(path); err != nil || flags&(unix.MS_NOSUID|unix.MS_NODEV) != unix.MS_NOSUID|unix.MS_NODEV {
+			t.Errorf("flags of the mount at %s %s: %#x, %v; want nosuid,nodev", path, when, flags, err)
+		}
+	}
+	check("after CreateVolume", e.d.volumePath(id))
+	e.restart(t)
+	check("after a restart", e.d.volumePath(id))
+	target := e.publish(t, id, "flags")
+	check("at a pod's target", target)
+	e.unpublish(t, id, target)
+	e.deleteVolume(t, id)
+}
