@@ -92,6 +92,9 @@ type Driver struct {
 	// calls counts CSI calls whose handlers still run; Close waits for them
 	// (after a forced stop, gRPC no longer does).
 	calls sync.WaitGroup
+	// closeWaits, when set (by tests), is called as Close starts waiting
+	// for calls.
+	closeWaits func()
 	// now is the clock; tests may replace it.
 	now func() time.Time
 
@@ -263,6 +266,9 @@ func (d *Driver) open(ctx context.Context) error {
 // does. A killed driver needs no Close: the kernel releases the lock.
 func (d *Driver) Close() error {
 	var err error
+	if d.closeWaits != nil {
+		d.closeWaits()
+	}
 	d.calls.Wait()
 	if d.restores != nil {
 		d.restores.drain()
