@@ -5,7 +5,8 @@
 # writes files to a dynamically provisioned claim, a VolumeSnapshot is taken, a claim is restored
 # from it, a second pod reads the files back and the checksums are compared; everything is
 # deleted, the driver's backend must be empty, and the node is stopped. DEMO_KEEP=1 keeps the
-# state folder (logs) after the node is stopped.
+# state folder (logs) after the node is stopped. The last line is the verdict, `result: PASS` or
+# `result: FAIL (<step>)`, and the exit status is non-zero on failure.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"
@@ -13,9 +14,10 @@ dir=$(mktemp -d /tmp/shutter-demo-node.XXXXXX)
 ns=shutter-system
 report=()
 step_start=0
+current="start"
 t0=$(date +%s.%N)
 
-step() { step_start=$(date +%s.%N); echo "demo: $*" >&2; }
+step() { step_start=$(date +%s.%N); current="$*"; echo "demo: $*" >&2; }
 done_step() {
 	local took
 	took=$(awk -v a="$step_start" -v b="$(date +%s.%N)" 'BEGIN { printf "%.1f", b - a }')
@@ -28,8 +30,16 @@ cleanup() {
 		kubectl get pods -A -o wide >&2 || true
 		kubectl get events -A --field-selector type=Warning >&2 || true
 	fi
-	go run ./hack/cluster down -dir "$dir" >&2 || echo "demo: stopping the node failed; run: go run ./hack/cluster down -dir $dir" >&2
+	if ! go run ./hack/cluster down -dir "$dir" >&2; then
+		echo "demo: stopping the node failed; run: go run ./hack/cluster down -dir $dir" >&2
+		[[ $rc -ne 0 ]] || { rc=1; current="stop the node"; }
+	fi
 	[[ ${DEMO_KEEP:-} == 1 ]] || rm -rf "$dir"
+	if [[ $rc -eq 0 ]]; then
+		echo "result: PASS"
+	else
+		echo "result: FAIL ($current)"
+	fi
 	exit $rc
 }
 trap cleanup EXIT
@@ -40,7 +50,9 @@ done_step "make images (one platform)"
 
 step "control plane and node in $dir"
 images=bin/images/snapshot-controller.tar,bin/images/csi-snapshotter.tar,bin/images/hostpath-driver.tar,bin/images/snapshot-conversion-webhook.tar
-eval "$(go run ./hack/cluster up -dir "$dir" -node -images "$images")"
+# In two steps: eval "$(cmd)" would ignore cmd failing.
+env=$(go run ./hack/cluster up -dir "$dir" -node -images "$images")
+eval "$env"
 done_step "cluster up with node, images imported"
 
 step "helm install"
@@ -96,6 +108,7 @@ step "restored claim and reader pod"
 succeeded reader
 read=$(kubectl logs reader | tail -1)
 done_step "claim restored, reader read it back"
+current="compare the checksums"
 if [[ $written != "$read" ]]; then
 	echo "demo: checksums differ: writer '$written', reader '$read'" >&2
 	exit 1
@@ -113,6 +126,7 @@ left=$(kubectl get pv,volumesnapshotcontent -o name)
 backend=$(find "$dir/node/hostpath-data/volumes" "$dir/node/hostpath-data/snapshots" -mindepth 1 | head)
 helm uninstall shutter -n "$ns" --wait >/dev/null
 done_step "everything deleted"
+current="nothing left behind"
 if [[ -n $left || -n $backend ]]; then
 	echo "demo: left behind: ${left} ${backend}" >&2
 	exit 1
@@ -131,3 +145,4 @@ Steps:
 $(printf '  %s\n' "${report[@]}")
   total                                                      ${total}s
 REPORT
+current="stop the node"

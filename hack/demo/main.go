@@ -168,16 +168,32 @@ func (d *demo) report(err error) {
 	}
 	fmt.Printf("%-22s %s\n", "total:", round(time.Since(d.started)))
 	if err != nil {
-		fmt.Printf("\nresult: FAILED: %v\n", err)
+		fmt.Printf("\nerror: %v\n", err)
 		var tail interface{ Tail(int) string }
 		if d.stack != nil && !errors.As(err, &tail) {
 			for _, p := range d.stack.Processes() {
 				fmt.Printf("\n--- %s log tail ---\n%s\n", p.Name, p.Tail(15))
 			}
 		}
-		return
+	} else {
+		fmt.Println("\nThe restored volume holds exactly the data written before the snapshot.")
 	}
-	fmt.Println("\nresult: PASS — the restored volume holds exactly the data written before the snapshot")
+	fmt.Println(verdict(d.steps, err))
+}
+
+// verdict is the demo's last line, the same as hack/demo-node.sh's: `result: PASS`, or
+// `result: FAIL (<step>)` naming the step that failed.
+func verdict(steps []step, err error) string {
+	if err == nil {
+		return "result: PASS"
+	}
+	failed := "prepare the state folder"
+	for _, s := range steps {
+		if s.err != nil {
+			failed = s.name
+		}
+	}
+	return "result: FAIL (" + failed + ")"
 }
 
 func round(d time.Duration) time.Duration {

@@ -1,8 +1,8 @@
 // Command images builds Shutter's container images without a container engine (`make images`):
 // for each component a static binary per platform, an OCI image index of both platforms, written
 // to <out>/<component>.tar as an OCI image layout that `ctr images import` and
-// `kind load image-archive` accept, and with -push pushed to a registry. See the README's
-// "Images" section.
+// `kind load image-archive` accept, and with -push pushed to a registry. See
+// docs/images.md.
 package main
 
 import (
