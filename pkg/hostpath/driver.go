@@ -61,6 +61,7 @@ import (
 
 	"github.com/shutter-csi/shutter/internal/syncset"
 	"github.com/shutter-csi/shutter/pkg/hostpath/fscopy"
+	"github.com/shutter-csi/shutter/pkg/hostpath/mounter"
 	"github.com/shutter-csi/shutter/pkg/hostpath/quiesce"
 	"github.com/shutter-csi/shutter/pkg/hostpath/registration"
 	"github.com/shutter-csi/shutter/pkg/hostpath/state"
@@ -107,7 +108,7 @@ type Driver struct {
 	// mounted at their paths (volimage.go).
 	mountedImages syncset.Set[string]
 	// mounter makes the node service's mounts and loop devices.
-	mounter Mounter
+	mounter mounter.Interface
 }
 
 // Run starts the driver with opts and serves until ctx is cancelled.

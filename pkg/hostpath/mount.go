@@ -20,7 +20,7 @@ const (
 	deviceBindFlags = unix.MS_NOSUID
 )
 
-// kernelMounter is the Mounter of a process that may mount.
+// kernelMounter is the mounter.Interface of a process that may mount.
 type kernelMounter struct{}
 
 // Bind makes source visible at target with flags. The bind itself ignores

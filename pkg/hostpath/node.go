@@ -26,7 +26,7 @@ import (
 // loop device, whose node is bound onto the target file (a container
 // runtime takes device nodes only). Publications are recorded in the
 // volume's record so that single-writer volumes can refuse a second target.
-// The kernel work goes through Driver.mounter (mount.go).
+// The kernel work goes through Driver.mounter (mount.go, mounter.Interface).
 //
 // Invariants:
 //   - A recorded publication is only reported as done while its target is

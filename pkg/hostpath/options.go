@@ -7,6 +7,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/shutter-csi/shutter/pkg/hostpath/mounter"
 	"github.com/shutter-csi/shutter/pkg/version"
 )
 
@@ -94,7 +95,7 @@ type Options struct {
 	QuarantineMaxAge time.Duration
 	// Mounter makes the node service's mounts and loop devices; nil is the
 	// kernel's. Tests give hostpathtest.FakeMounter.
-	Mounter Mounter
+	Mounter mounter.Interface
 }
 
 // DefaultOptions returns the defaults the command line starts from.

@@ -8,28 +8,18 @@ import (
 	"testing"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/shutter-csi/shutter/pkg/hostpath/mounter"
 )
 
-// Mounter is the method set of hostpath.Mounter, which this package does
-// not import.
-type Mounter interface {
-	Bind(source, target string, flags uintptr) error
-	Unmount(target string) error
-	IsMountPoint(path string) (bool, error)
-	AttachLoop(path string, readOnly bool) (string, error)
-	DetachLoop(path string, readOnly bool) error
-	ResizeLoops(path string) error
-	SyncLoops(path string) error
-}
-
-// checkedFlags are the mount flags hostpath.Mounter's Bind promises.
+// checkedFlags are the mount flags mounter.Interface's Bind promises.
 const checkedFlags = unix.MS_RDONLY | unix.MS_NOSUID | unix.MS_NODEV
 
 // RunMounterContract checks, in the empty folder dir, that m does what
-// hostpath.Mounter promises; flagsOf returns the flags of the topmost
+// mounter.Interface promises; flagsOf returns the flags of the topmost
 // mount at a path. The kernel's Mounter (as root) and FakeMounter both
 // pass it. It leaves nothing mounted or attached.
-func RunMounterContract(t *testing.T, m Mounter, dir string, flagsOf func(string) (uintptr, error)) {
+func RunMounterContract(t *testing.T, m mounter.Interface, dir string, flagsOf func(string) (uintptr, error)) {
 	t.Helper()
 	src, target, blk, devTarget := filepath.Join(dir, "src"), filepath.Join(dir, "target"), filepath.Join(dir, "blk"), filepath.Join(dir, "dev")
 	for _, d := range []string{src, target} {
@@ -89,7 +79,7 @@ func RunMounterContract(t *testing.T, m Mounter, dir string, flagsOf func(string
 	must(t, m.SyncLoops(filepath.Join(dir, "missing")))
 }
 
-func wantMounted(t *testing.T, m Mounter, path string, want bool) {
+func wantMounted(t *testing.T, m mounter.Interface, path string, want bool) {
 	t.Helper()
 	if got, err := m.IsMountPoint(path); err != nil || got != want {
 		t.Errorf("IsMountPoint(%s) = %t, %v; want %t", path, got, err, want)

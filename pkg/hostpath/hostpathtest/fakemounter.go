@@ -1,7 +1,7 @@
 //go:build linux
 
 // Package hostpathtest holds test doubles of the hostpath driver's kernel
-// work: FakeMounter, which keeps hostpath.Mounter's contract in memory so
+// work: FakeMounter, which keeps mounter.Interface's contract in memory so
 // that the node service's logic is tested as any user. It imports nothing
 // of package hostpath, whose own tests use it.
 package hostpathtest
@@ -15,6 +15,8 @@ import (
 	"syscall"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/shutter-csi/shutter/pkg/hostpath/mounter"
 )
 
 // Mount is one mount FakeMounter made.
@@ -30,7 +32,7 @@ type loopKey struct {
 	readOnly bool
 }
 
-// FakeMounter is an in-memory hostpath.Mounter. Like the kernel it refuses
+// FakeMounter is an in-memory mounter.Interface. Like the kernel it refuses
 // a bind onto a target that does not exist or from a source that does not
 // (a path, or a loop device it attached), and a loop device for a file that
 // does not exist; it matches loop devices to files by inode, so that a
@@ -44,15 +46,7 @@ type FakeMounter struct {
 	synced  []string
 }
 
-var _ interface {
-	Bind(source, target string, flags uintptr) error
-	Unmount(target string) error
-	IsMountPoint(path string) (bool, error)
-	AttachLoop(path string, readOnly bool) (string, error)
-	DetachLoop(path string, readOnly bool) error
-	ResizeLoops(path string) error
-	SyncLoops(path string) error
-} = (*FakeMounter)(nil)
+var _ mounter.Interface = (*FakeMounter)(nil)
 
 // Bind records a mount of source at target, stacked on what is there.
 func (m *FakeMounter) Bind(source, target string, flags uintptr) error {
