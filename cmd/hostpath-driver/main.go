@@ -39,6 +39,7 @@ func parseFlags(args []string) (hostpath.Options, bool, error) {
 	fs.BoolVar(&opts.EnableAttach, "enable-attach", opts.EnableAttach, "offer ControllerPublishVolume/ControllerUnpublishVolume")
 	fs.Int64Var(&opts.MaxVolumesPerNode, "max-volumes-per-node", opts.MaxVolumesPerNode, "attach limit reported by NodeGetInfo and enforced by ControllerPublishVolume; 0 = none")
 	fs.BoolVar(&opts.EnableSnapshotMetadata, "enable-snapshot-metadata", opts.EnableSnapshotMetadata, "serve the CSI SnapshotMetadata service (allocated and changed blocks of block snapshots)")
+	fs.StringVar(&opts.SnapshotMetadataBlockType, "snapshot-metadata-block-type", "VARIABLE_LENGTH", "how the SnapshotMetadata service reports ranges: VARIABLE_LENGTH (extents) or FIXED_LENGTH (4 KiB blocks)")
 	mutable := fs.String("mutable-parameters", strings.Join(opts.MutableParameters, ","), "comma-separated parameter keys ControllerModifyVolume accepts")
 	fs.BoolVar(&opts.Sync, "fsync", opts.Sync, "flush data and state to disk before acknowledging; false keeps state atomic but not power-loss safe")
 	fs.BoolVar(&opts.BackgroundRestoreSync, "background-restore-sync", opts.BackgroundRestoreSync,

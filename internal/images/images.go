@@ -1,5 +1,6 @@
 // Package images builds Shutter's container images: one OCI image index per component
-// (snapshot-controller, csi-snapshotter, hostpath-driver, snapshot-conversion-webhook), each
+// (snapshot-controller, csi-snapshotter, hostpath-driver, snapshot-conversion-webhook,
+// csi-snapshot-metadata), each
 // image a static binary with no shell. `make images` runs it through hack/images.
 //
 // Names agree with the Helm chart: <registry>/<component>:<version>, where the registry is the
@@ -35,7 +36,8 @@ const License = "Apache-2.0"
 // NonRootUID is the user (and group) of every image that does not need root.
 const NonRootUID = 65532
 
-// Component is one image: the binary cmd/<Name> at /usr/local/bin/<Name>, its entrypoint.
+// Component is one image: the binary cmd/<Name> at /usr/local/bin/<Name>, its entrypoint (at
+// /<Name>, with /usr/local/bin/<Name> a link to it, for a drop-in replacement of an upstream image).
 type Component struct {
 	// Name is the cmd/ folder, the binary and the image repository.
 	Name string
@@ -46,18 +48,23 @@ type Component struct {
 	// CACertificates puts the CA bundle in the image: the binary is a Kubernetes API client, which
 	// with --kubeconfig may talk TLS to a server whose certificate chains to a public CA.
 	CACertificates bool
+	// UpstreamPath puts the binary at /<Name>, where the upstream kubernetes-csi image of the
+	// same name has it, so that charts setting command: [/<Name>] work with this image too.
+	UpstreamPath bool
 }
 
 // Components are Shutter's images, in build order.
 var Components = []Component{
-	{Name: "snapshot-controller", CACertificates: true,
+	{Name: "snapshot-controller", CACertificates: true, UpstreamPath: true,
 		Description: "Shutter's snapshot-controller: binds VolumeSnapshots to VolumeSnapshotContents"},
-	{Name: "csi-snapshotter", CACertificates: true,
+	{Name: "csi-snapshotter", CACertificates: true, UpstreamPath: true,
 		Description: "Shutter's csi-snapshotter sidecar: turns snapshot contents into CSI calls"},
 	{Name: "hostpath-driver", Root: true,
 		Description: "Shutter's hostpath CSI driver: volumes and snapshots in a local directory"},
 	{Name: "snapshot-conversion-webhook", CACertificates: true,
 		Description: "Shutter's conversion webhook for the group snapshot API versions"},
+	{Name: "csi-snapshot-metadata", CACertificates: true,
+		Description: "Shutter's snapshot-metadata sidecar: serves changed block ranges of snapshots to backup applications"},
 }
 
 // DefaultPlatforms are the platforms every index holds.
@@ -201,13 +208,21 @@ func (o *Options) Labels(c Component) map[string]string {
 	}
 }
 
+// Binary is the path of c's binary in its image, its entrypoint.
+func (c Component) Binary() string {
+	if c.UpstreamPath {
+		return "/" + c.Name
+	}
+	return "/usr/local/bin/" + c.Name
+}
+
 // spec is the imagebuild description of component c.
 func (o *Options) spec(c Component) imagebuild.Image {
 	user := fmt.Sprintf("%d:%d", NonRootUID, NonRootUID)
 	if c.Root {
 		user = "0:0"
 	}
-	bin := "/usr/local/bin/" + c.Name
+	bin := c.Binary()
 	return imagebuild.Image{
 		Platforms:   o.Platforms,
 		Entrypoint:  []string{bin},
@@ -223,6 +238,9 @@ func (o *Options) spec(c Component) imagebuild.Image {
 			files := append(imagebuild.UserFiles("nonroot", NonRootUID),
 				imagebuild.File{Path: bin, Mode: 0o755, Data: data},
 				imagebuild.File{Path: "/tmp", Mode: fs.ModeDir | fs.ModeSticky | 0o777})
+			if c.UpstreamPath {
+				files = append(files, imagebuild.File{Path: "/usr/local/bin/" + c.Name, Mode: 0o777, Link: bin})
+			}
 			if c.CACertificates && o.CACertificates != "" {
 				ca, err := imagebuild.CACertificates(o.CACertificates)
 				if err != nil {

@@ -76,12 +76,15 @@ Usage:
   kubectl shutter describe content NAME [-o json|yaml]
   kubectl shutter describe group NAME [-n NAMESPACE] [-o json|yaml]
   kubectl shutter stuck [-A | -n NAMESPACE] [--for 5m] [--sort-by age|name|namespace|kind|reason] [-o json|yaml|wide]
+  kubectl shutter changed-blocks NAMESPACE/SNAPSHOT [--base SNAPSHOT] [-o json] [--verify TARGET --source FILE]
 
 describe prints the chain claim -> volume -> snapshot -> content -> class -> driver -> backend
 snapshot with each object's state, finalizers (who removes each, and what it waits for), protocol
 annotations and last events, and one line "Why: <reason>".
 stuck lists every snapshot, content and group snapshot that has been not ready, or not deleted,
 for longer than --for, with the same reason.
+changed-blocks lists a snapshot's allocated or changed block ranges through the driver's
+snapshot-metadata service (kubectl shutter changed-blocks --help).
 
 Exit codes: 0 the command ran (stuck objects found are no error), 1 an error (bad usage, object
 not found, API error).

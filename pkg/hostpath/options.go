@@ -44,6 +44,9 @@ type Options struct {
 	MaxVolumesPerNode int64
 	// EnableSnapshotMetadata serves the CSI SnapshotMetadata service.
 	EnableSnapshotMetadata bool
+	// SnapshotMetadataBlockType is how that service answers: VARIABLE_LENGTH (extents; the
+	// default when empty) or FIXED_LENGTH (blocks of MetadataBlockSize bytes).
+	SnapshotMetadataBlockType string
 	// MutableParameters lists the parameter keys ControllerModifyVolume and
 	// CreateVolume's mutable_parameters accept.
 	MutableParameters []string
@@ -157,6 +160,9 @@ func (o Options) Validate() error {
 	}
 	if o.GroupSnapshotQuiesceTimeout <= 0 {
 		errs = append(errs, errors.New("--group-snapshot-quiesce-timeout must be positive"))
+	}
+	if err := checkBlockType(o.SnapshotMetadataBlockType); err != nil {
+		errs = append(errs, err)
 	}
 	if o.VolumeBacking != BackingFolder && o.VolumeBacking != BackingImage {
 		errs = append(errs, fmt.Errorf("--volume-backing %q: want %s or %s", o.VolumeBacking, BackingFolder, BackingImage))

@@ -25,9 +25,10 @@ type writeLayer struct {
 	count         *prometheus.CounterVec
 }
 
-// newWriteLayer writes claims with clients.Kube, snapshots with clients.Snapshots and contents
-// with clients.Contents (clients.Snapshots when nil).
-func newWriteLayer(clients Clients) *writeLayer {
+// newWriteLayer writes claims with clients.Kube (with updates instead of patches when
+// updateClaims), snapshots with clients.Snapshots and contents with clients.Contents
+// (clients.Snapshots when nil).
+func newWriteLayer(clients Clients, updateClaims bool) *writeLayer {
 	w := &writeLayer{count: prometheus.NewCounterVec(prometheus.CounterOpts{
 		Namespace: metrics.Namespace, Name: metrics.ControllerAPIWrites,
 		Help: "Writes of the snapshot-controller to the API server by kind, what was written (create, metadata, status, delete) and result.",
@@ -45,7 +46,9 @@ func newWriteLayer(clients Clients) *writeLayer {
 	}
 	w.snapshots = newWriter[*snapshotv1.VolumeSnapshot]("volumesnapshot", snaps.SnapshotV1().VolumeSnapshots, opts)
 	w.contents = newWriter[*snapshotv1.VolumeSnapshotContent]("volumesnapshotcontent", clusterScoped(contents.SnapshotV1().VolumeSnapshotContents), opts)
-	w.claims = newWriter[*corev1.PersistentVolumeClaim]("persistentvolumeclaim", clients.Kube.CoreV1().PersistentVolumeClaims, opts)
+	claimOpts := opts
+	claimOpts.UpdateMetadata = updateClaims
+	w.claims = newWriter[*corev1.PersistentVolumeClaim]("persistentvolumeclaim", clients.Kube.CoreV1().PersistentVolumeClaims, claimOpts)
 	w.groups = newWriter[*groupv1.VolumeGroupSnapshot]("volumegroupsnapshot", snaps.GroupsnapshotV1().VolumeGroupSnapshots, opts)
 	w.groupContents = newWriter[*groupv1.VolumeGroupSnapshotContent]("volumegroupsnapshotcontent",
 		clusterScoped(contents.GroupsnapshotV1().VolumeGroupSnapshotContents), opts)

@@ -78,6 +78,7 @@ func TestChartOnNode(t *testing.T) {
 	}
 
 	blockRoundTrip(t, k)
+	checkSnapshotMetadata(t, k, "data-snapshot")
 
 	k.run("", "kubectl", "delete", "pod", "writer", "reader", "--wait")
 	k.run("", "kubectl", "delete", "pvc", "restored", "data", "--wait")
@@ -129,7 +130,7 @@ func blockPod(name, command string) string {
 func buildChartImages(t *testing.T, ctx context.Context, bin, dir string) []string {
 	t.Helper()
 	out := filepath.Join(dir, "images")
-	components := []string{"snapshot-controller", "csi-snapshotter", "hostpath-driver"}
+	components := []string{"snapshot-controller", "csi-snapshotter", "hostpath-driver", "csi-snapshot-metadata"}
 	cmd := exec.CommandContext(ctx, "go", "run", "./hack/images", "-version=e2e", "-commit=e2e",
 		"-registry=localhost/shutter-e2e", "-platforms=linux/"+runtime.GOARCH, "-out="+out,
 		"-only="+strings.Join(components, ","))

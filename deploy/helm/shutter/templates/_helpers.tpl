@@ -116,3 +116,18 @@ hostNetwork: true
 dnsPolicy: ClusterFirstWithHostNet
 {{- end }}
 {{- end -}}
+
+{{/* The snapshot-metadata sidecar's Service, RBAC and certificate names. */}}
+{{- define "shutter.snapshotMetadata.name" -}}
+{{- printf "%s-snapshot-metadata" (include "shutter.fullname" .) | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{/* The Secret holding the sidecar's tls.crt, tls.key and ca.crt. */}}
+{{- define "shutter.snapshotMetadata.secret" -}}
+{{- .Values.hostpath.snapshotMetadata.tls.secretName | default (printf "%s-tls" (include "shutter.snapshotMetadata.name" .)) }}
+{{- end }}
+
+{{/* The audience callers' tokens must carry. */}}
+{{- define "shutter.snapshotMetadata.audience" -}}
+{{- .Values.hostpath.snapshotMetadata.audience | default (printf "%s-snapshot-metadata" .Values.hostpath.driverName) }}
+{{- end }}
