@@ -7,6 +7,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/shutter-csi/shutter/pkg/hostpath/mounter"
 	"github.com/shutter-csi/shutter/pkg/version"
 )
 
@@ -90,6 +91,14 @@ type Options struct {
 	// served: a socket in kubelet's plugins_registry folder; "" is
 	// /registration/<DriverName>-reg.sock.
 	RegistrationSocket string
+	// QuarantineMaxAge, when positive, deletes quarantined data (data
+	// no record accounted for at a start, quarantine.go) once nothing was
+	// moved into its start's folder for that long. 0 keeps it until an
+	// operator deletes it.
+	QuarantineMaxAge time.Duration
+	// Mounter makes the node service's mounts and loop devices; nil is the
+	// kernel's. Tests give hostpathtest.FakeMounter.
+	Mounter mounter.Interface
 }
 
 // DefaultOptions returns the defaults the command line starts from.
@@ -145,6 +154,9 @@ func (o Options) Validate() error {
 	}
 	if o.MaxVolumesPerNode < 0 {
 		errs = append(errs, errors.New("--max-volumes-per-node must not be negative"))
+	}
+	if o.QuarantineMaxAge < 0 {
+		errs = append(errs, errors.New("--quarantine-max-age must not be negative"))
 	}
 	if o.GroupSnapshotQuiesceTimeout <= 0 {
 		errs = append(errs, errors.New("--group-snapshot-quiesce-timeout must be positive"))

@@ -20,10 +20,11 @@ const (
 	SnapshotsDeleting = "snapshots_being_deleted"
 
 	// The hostpath driver's: data it moved to quarantine, by kind (volume,
-	// snapshot, record-log), and whether its last start left the data
-	// folders alone.
-	HostpathQuarantined   = "hostpath_quarantined_total"
-	HostpathCleanupHalted = "hostpath_cleanup_halted"
+	// snapshot, record-log), the disk its quarantine folder takes, and
+	// whether its last start left the data folders alone.
+	HostpathQuarantined     = "hostpath_quarantined_total"
+	HostpathQuarantineBytes = "hostpath_quarantine_bytes"
+	HostpathCleanupHalted   = "hostpath_cleanup_halted"
 
 	// Gauges by driver and state, and the age of the oldest object per driver and state,
 	// computed from the informer caches at each scrape.

@@ -22,7 +22,8 @@ import (
 // again, the driver pod is killed without grace right after a batch of eleven
 // VolumeSnapshots is created (its StatefulSet starts it again; every snapshot becomes ready),
 // a claim restored from one of them is read
-// back by a second pod with equal checksums, and after deleting everything and `helm uninstall`
+// back by a second pod with equal checksums, a raw block claim is written by one pod and read back
+// by another (blockRoundTrip), and after deleting everything and `helm uninstall`
 // no PV, content, snapshot or claim is left (no stuck finalizer) and the backend is empty.
 func TestChartOnNode(t *testing.T) {
 	// Building the images takes most of it: 15 minutes were seen with the machine's 2 cores
@@ -76,6 +77,7 @@ func TestChartOnNode(t *testing.T) {
 		t.Errorf("reader printed %q, writer %q", read, written)
 	}
 
+	blockRoundTrip(t, k)
 	checkSnapshotMetadata(t, k, "data-snapshot")
 
 	k.run("", "kubectl", "delete", "pod", "writer", "reader", "--wait")
@@ -97,6 +99,30 @@ func TestChartOnNode(t *testing.T) {
 		t.Errorf("Stop: %v", err)
 	}
 	n.assertClean(t)
+}
+
+// blockRoundTrip has a pod write a raw block claim (the volume's device node in the container) and
+// a second pod read it back, and deletes both pods (which hung when the driver published the
+// volume's file instead of a device) and the claim.
+func blockRoundTrip(t *testing.T, k kube) {
+	t.Helper()
+	k.run(manifest("block-claim.yaml", map[string]string{"NAME": "block"})+"---\n"+blockPod("blockwriter", "writedev"), "kubectl", "apply", "-f", "-")
+	k.run("", "kubectl", "wait", "pod/blockwriter", "--for=jsonpath={.status.phase}=Succeeded", "--timeout=3m")
+	written := lastLine(k.run("", "kubectl", "logs", "blockwriter"))
+	k.run("", "kubectl", "delete", "pod", "blockwriter", "--wait", "--timeout=2m")
+	k.run(blockPod("blockreader", "readdev"), "kubectl", "apply", "-f", "-")
+	k.run("", "kubectl", "wait", "pod/blockreader", "--for=jsonpath={.status.phase}=Succeeded", "--timeout=3m")
+	if read := lastLine(k.run("", "kubectl", "logs", "blockreader")); read != written || !strings.HasPrefix(read, "total ") {
+		t.Errorf("block reader printed %q, writer %q", read, written)
+	}
+	k.run("", "kubectl", "delete", "pod", "blockreader", "--wait", "--timeout=2m")
+	k.run("", "kubectl", "delete", "pvc", "block", "--wait", "--timeout=2m")
+}
+
+func blockPod(name, command string) string {
+	return manifest("block-pod.yaml", map[string]string{
+		"NAME": name, "IMAGE": cluster.WorkloadImage, "CLAIM": "block", "ARGS": `"` + command + `", "/dev/xvda"`,
+	})
 }
 
 // buildChartImages builds the chart's node images for this machine's platform (tagged

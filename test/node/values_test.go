@@ -86,3 +86,46 @@ func TestLocalNodeValues(t *testing.T) {
 		t.Error("with the defaults the Lease test is rendered")
 	}
 }
+
+// TestHostpathDriverValues renders the driver's container: by default it has a per-node volume
+// limit and serves its metrics (the quarantine alert reads them), and keeps quarantined data;
+// hostpath.driver.quarantineMaxAge sets an age limit.
+func TestHostpathDriverValues(t *testing.T) {
+	driverArgs := func(docs rendered) []string {
+		t.Helper()
+		var s appsv1.StatefulSet
+		if !docs.decode(t, "StatefulSet/shutter-hostpath", &s) {
+			t.Fatal("no hostpath StatefulSet")
+		}
+		for _, c := range s.Spec.Template.Spec.Containers {
+			if c.Name == "hostpath-driver" {
+				return c.Args
+			}
+		}
+		t.Fatal("no hostpath-driver container")
+		return nil
+	}
+	has := func(args []string, prefix string) string {
+		for _, a := range args {
+			if strings.HasPrefix(a, prefix) {
+				return a
+			}
+		}
+		return ""
+	}
+	args := driverArgs(renderChart(t))
+	for _, want := range []string{"--max-volumes-per-node=64", "--http-endpoint=:8082"} {
+		if has(args, want) != want {
+			t.Errorf("driver args %q lack %s", args, want)
+		}
+	}
+	if a := has(args, "--quarantine-max-age"); a != "" {
+		t.Errorf("with the defaults the driver deletes quarantined data: %s", a)
+	}
+	args = driverArgs(renderChart(t, "--set", "hostpath.driver.quarantineMaxAge=720h", "--set", "hostpath.driver.maxVolumesPerNode=0"))
+	for _, want := range []string{"--quarantine-max-age=720h", "--max-volumes-per-node=0"} {
+		if has(args, want) != want {
+			t.Errorf("driver args %q lack %s", args, want)
+		}
+	}
+}
