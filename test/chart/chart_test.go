@@ -108,10 +108,11 @@ func TestHTTPServersListenOnThePodIP(t *testing.T) {
 	}{
 		{name: "defaults", env: true, want: map[string][]string{"snapshot-controller": {"--http-endpoint=[$(POD_IP)]:8080"},
 			"csi-snapshotter": {"--http-endpoint=[$(POD_IP)]:8081"}, "conversion-webhook": {"--address=$(POD_IP)"},
+			"hostpath-driver":       {"--http-endpoint=[$(POD_IP)]:8083"},
 			"csi-snapshot-metadata": {"--listen-address=$(POD_IP)", "--http-endpoint=[$(POD_IP)]:8082"}}},
 		{name: "listenAddress", args: []string{"--set", "global.listenAddress=127.0.0.1"}, want: map[string][]string{
 			"snapshot-controller": {"--http-endpoint=127.0.0.1:8080"}, "csi-snapshotter": {"--http-endpoint=127.0.0.1:8081"},
-			"conversion-webhook":    {"--address=127.0.0.1"},
+			"conversion-webhook": {"--address=127.0.0.1"}, "hostpath-driver": {"--http-endpoint=127.0.0.1:8083"},
 			"csi-snapshot-metadata": {"--listen-address=127.0.0.1", "--http-endpoint=127.0.0.1:8082"}}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

@@ -94,7 +94,7 @@ func TestHostpathDriverValues(t *testing.T) {
 	driverArgs := func(docs rendered) []string {
 		t.Helper()
 		var s appsv1.StatefulSet
-		if !docs.decode(t, "StatefulSet/shutter-hostpath", &s) {
+		if !docs.Decode(t, "StatefulSet/shutter-hostpath", &s) {
 			t.Fatal("no hostpath StatefulSet")
 		}
 		for _, c := range s.Spec.Template.Spec.Containers {
@@ -114,7 +114,7 @@ func TestHostpathDriverValues(t *testing.T) {
 		return ""
 	}
 	args := driverArgs(renderChart(t))
-	for _, want := range []string{"--max-volumes-per-node=64", "--http-endpoint=:8082"} {
+	for _, want := range []string{"--max-volumes-per-node=64", "--http-endpoint=[$(POD_IP)]:8083"} {
 		if has(args, want) != want {
 			t.Errorf("driver args %q lack %s", args, want)
 		}
