@@ -30,8 +30,8 @@ build:
 ## engine, as OCI layout tars in bin/images/<component>.tar named <registry>/<component>:$(VERSION)
 ## for `ctr -n k8s.io images import` or `kind load image-archive`. PUSH=<registry/prefix> also pushes
 ## them (docker config credentials) and prints each digest; IMAGE_REGISTRY (the names in the tars,
-## default the chart's global.imageRegistry), PLATFORMS, CA_CERTS (a PEM bundle, default the
-## machine's /etc/ssl/certs/ca-certificates.crt) and ONLY (components) change what is built
+## default the chart's global.imageRegistry), PLATFORMS, CA_CERTS (a PEM bundle to put into the API
+## clients' images; none by default) and ONLY (components) change what is built
 images:
 	SOURCE_DATE_EPOCH=$(SOURCE_DATE_EPOCH) $(GO) run ./hack/images -version="$(VERSION)" -commit="$(COMMIT)" \
 		-ldflags="$(LDFLAGS)" -out=$(BIN)/images $(if $(IMAGE_REGISTRY),-registry=$(IMAGE_REGISTRY)) \

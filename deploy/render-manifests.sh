@@ -23,6 +23,9 @@ header="# Rendered from deploy/helm/shutter by deploy/render-manifests.sh (make 
 {
   echo "$header"
   printf -- '---\napiVersion: v1\nkind: Namespace\nmetadata:\n  name: %s\n' "$namespace"
-  "$helm" template shutter "$chart" --namespace "$namespace" --skip-tests
+  # The snapshot-metadata sidecar's certificate: a Secret the user creates (docs/changed-block-tracking.md);
+  # a generated one would put a new private key into every render.
+  "$helm" template shutter "$chart" --namespace "$namespace" --skip-tests \
+    --set hostpath.snapshotMetadata.tls.source=secret
 } >"$out/shutter.yaml"
 echo "manifests: rendered ${out#"$root"/}/crds.yaml and shutter.yaml" >&2

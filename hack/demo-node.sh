@@ -49,7 +49,7 @@ make --no-print-directory images PLATFORMS="linux/$(go env GOARCH)" >&2
 done_step "make images (one platform)"
 
 step "control plane and node in $dir"
-images=bin/images/snapshot-controller.tar,bin/images/csi-snapshotter.tar,bin/images/hostpath-driver.tar,bin/images/snapshot-conversion-webhook.tar
+images=bin/images/snapshot-controller.tar,bin/images/csi-snapshotter.tar,bin/images/hostpath-driver.tar,bin/images/snapshot-conversion-webhook.tar,bin/images/csi-snapshot-metadata.tar
 # In two steps: eval "$(cmd)" would ignore cmd failing.
 env=$(go run ./hack/cluster up -dir "$dir" -node -images "$images")
 eval "$env"

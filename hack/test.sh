@@ -16,6 +16,13 @@ if [ "$(id -u)" = 0 ]; then
   hack/build-tools.sh node >/dev/null
 fi
 
+# The driver's image tests have e2fsck (Debian's e2fsprogs) check the filesystems it makes.
+if [ "$(id -u)" = 0 ] && ! command -v e2fsck >/dev/null && command -v apt-get >/dev/null; then
+  echo "test: installing e2fsprogs (e2fsck checks the driver's filesystem images)" >&2
+  apt-get install -y --no-install-recommends e2fsprogs >&2 ||
+    { apt-get update >&2 && apt-get install -y --no-install-recommends e2fsprogs >&2; }
+fi
+
 mkdir -p bin
 go build -o bin/cluster ./hack/cluster
 state=$(mktemp -d "${TMPDIR:-/tmp}/shutter-test.XXXXXX")

@@ -12,7 +12,7 @@ client=$(cd "${1:-$root/client}" && pwd)
 bin=$("$root/hack/build-tools.sh" controller-gen client-gen deepcopy-gen informer-gen lister-gen | tail -1)
 header="$root/hack/boilerplate.go.txt"
 pkg=github.com/shutter-csi/shutter/client
-apis=(volumesnapshot/v1 volumegroupsnapshot/v1 snapshotschedule/v1alpha1)
+apis=(volumesnapshot/v1 volumegroupsnapshot/v1 snapshotschedule/v1alpha1 snapshotmetadataservice/v1beta1)
 
 cd "$client"
 rm -rf clientset listers informers config/crd

@@ -38,10 +38,16 @@ func parseFlags(args []string) (sidecar.Options, bool, error) {
 	fs.DurationVar(&opts.RetryIntervalMax, "retry-interval-max", opts.RetryIntervalMax, "Longest retry delay.")
 	fs.DurationVar(&opts.ResyncPeriod, "resync-period", opts.ResyncPeriod, "How often every object is looked at again; 0 disables.")
 	opts.HTTP.AddFlags(fs, "Address serving /metrics and /healthz/leader-election, e.g. :8080; empty serves nothing.")
+	opts.HTTP.AddMetricsFlags(fs)
 	opts.Client.AddFlags(fs, opts.Client.QPS, opts.Client.Burst)
 	opts.LeaderElection.AddFlags(fs)
-	if showVersion, err := command.Parse(fs, args); showVersion || err != nil {
+	dropIn := command.NewDropIn()
+	if showVersion, err := command.ParseDropIn(fs, args, dropIn); showVersion || err != nil {
 		return opts, showVersion, err
+	}
+	opts.Groups = dropIn.Enabled(command.GateGroupSnapshots)
+	if err := opts.HTTP.Complete(); err != nil {
+		return opts, false, err
 	}
 	if *nodeDeployment {
 		if opts.NodeName = os.Getenv("NODE_NAME"); opts.NodeName == "" {
@@ -50,6 +56,9 @@ func parseFlags(args []string) (sidecar.Options, bool, error) {
 		if opts.LeaderElection.Enabled {
 			return opts, false, errors.New("--node-deployment and --leader-election exclude each other")
 		}
+	}
+	if opts.SnapshotNamePrefix == "" || opts.GroupSnapshotNamePrefix == "" {
+		return opts, false, errors.New("--snapshot-name-prefix and --groupsnapshot-name-prefix cannot be empty")
 	}
 	if opts.Workers <= 0 || opts.Timeout <= 0 || opts.RetryIntervalStart <= 0 || opts.RetryIntervalMax < opts.RetryIntervalStart {
 		return opts, false, errors.New("--worker-threads and --timeout must be positive, and --retry-interval-max at least --retry-interval-start")

@@ -36,7 +36,27 @@ func TestParseFlags(t *testing.T) {
 		{Name: "retry max below start", Args: []string{"--retry-interval-start=10s", "--retry-interval-max=1s"}, WantErr: "at least"},
 		{Name: "stray argument", Args: []string{"extra"}, WantErr: "unexpected arguments"},
 		{Name: "unknown flag", Args: []string{"--no-such-flag"}, WantErr: "not defined"},
+		{Name: "groups off by gate", Args: []string{"--feature-gates=CSIVolumeGroupSnapshot=false"}, Env: noNode,
+			Check: func(t *testing.T, o sidecar.Options) {
+				if o.Groups {
+					t.Error("groups on")
+				}
+			}},
+		{Name: "groups on by default", Env: noNode, Check: func(t *testing.T, o sidecar.Options) {
+			if !o.Groups {
+				t.Error("groups off")
+			}
+		}},
+		{Name: "unknown gate", Args: []string{"--feature-gates=NoSuchGate=true"}, WantErr: "unrecognized feature gate: NoSuchGate"},
+		{Name: "empty prefix", Args: []string{"--snapshot-name-prefix="}, WantErr: "cannot be empty"},
 		// --version is answered before any other check (here the missing NODE_NAME).
 		{Name: "version", Args: []string{"--version", "--node-deployment"}, Env: noNode, WantVersion: true},
 	})
+}
+
+// TestUpstreamFlags: every flag of the upstream csi-snapshotter, and the removed ones that
+// deployments still pass, is accepted.
+func TestUpstreamFlags(t *testing.T) {
+	commandtest.AcceptsAll(t, parseFlags, map[string]string{"NODE_NAME": ""},
+		commandtest.LoggingFlags, commandtest.SnapshotterFlags, commandtest.RemovedFlags)
 }

@@ -39,6 +39,7 @@ func parseFlags(args []string) (hostpath.Options, bool, error) {
 	fs.BoolVar(&opts.EnableAttach, "enable-attach", opts.EnableAttach, "offer ControllerPublishVolume/ControllerUnpublishVolume")
 	fs.Int64Var(&opts.MaxVolumesPerNode, "max-volumes-per-node", opts.MaxVolumesPerNode, "attach limit reported by NodeGetInfo and enforced by ControllerPublishVolume; 0 = none")
 	fs.BoolVar(&opts.EnableSnapshotMetadata, "enable-snapshot-metadata", opts.EnableSnapshotMetadata, "serve the CSI SnapshotMetadata service (allocated and changed blocks of block snapshots)")
+	fs.StringVar(&opts.SnapshotMetadataBlockType, "snapshot-metadata-block-type", "VARIABLE_LENGTH", "how the SnapshotMetadata service reports ranges: VARIABLE_LENGTH (extents) or FIXED_LENGTH (4 KiB blocks)")
 	mutable := fs.String("mutable-parameters", strings.Join(opts.MutableParameters, ","), "comma-separated parameter keys ControllerModifyVolume accepts")
 	fs.BoolVar(&opts.Sync, "fsync", opts.Sync, "flush data and state to disk before acknowledging; false keeps state atomic but not power-loss safe")
 	fs.BoolVar(&opts.BackgroundRestoreSync, "background-restore-sync", opts.BackgroundRestoreSync,
@@ -59,6 +60,9 @@ func parseFlags(args []string) (hostpath.Options, bool, error) {
 			"filesystem is full) or image (an ext4 filesystem of the volume's size in a sparse file below --datadir, mounted\n"+
 			"through a loop device: a volume cannot outgrow its size; needs root and loop devices). Volumes keep the backing\n"+
 			"they were made with")
+	fs.DurationVar(&opts.QuarantineMaxAge, "quarantine-max-age", opts.QuarantineMaxAge,
+		"delete data the driver moved to quarantine (found at a start with no record, <datadir>/quarantine) once nothing was\n"+
+			"moved into its start's folder for this long; 0 keeps it until deleted by hand. Quarantined data counts against --capacity")
 	fs.StringVar(&opts.HTTPEndpoint, "http-endpoint", opts.HTTPEndpoint, "TCP address to serve /metrics on, e.g. :8080; empty serves nothing")
 	fs.StringVar(&opts.KubeletRegistrationPath, "kubelet-registration-path", opts.KubeletRegistrationPath,
 		"register with kubelet, giving it this path of the CSI socket as kubelet sees it (a host path such as\n"+

@@ -28,6 +28,12 @@ func TestParseFlags(t *testing.T) {
 		{Name: "unknown flag", Args: []string{"--nodeid=n1", "--colour=red"}, WantErr: "flag provided but not defined"},
 		{Name: "bad number", Args: []string{"--nodeid=n1", "--capacity=lots"}, WantErr: "invalid value"},
 		{Name: "stray argument", Args: []string{"--nodeid=n1", "extra"}, WantErr: "unexpected arguments"},
+		{Name: "quarantine age limit", Args: []string{"--nodeid=n1", "--quarantine-max-age=720h"}, Check: func(t *testing.T, o hostpath.Options) {
+			if o.QuarantineMaxAge != 720*time.Hour {
+				t.Errorf("QuarantineMaxAge = %s, want 720h", o.QuarantineMaxAge)
+			}
+		}},
+		{Name: "negative quarantine age", Args: []string{"--nodeid=n1", "--quarantine-max-age=-1h"}, WantErr: "--quarantine-max-age"},
 		{Name: "zero quiesce timeout", Args: []string{"--nodeid=n1", "--group-snapshot-quiesce-timeout=0s"}, WantErr: "--group-snapshot-quiesce-timeout"},
 		{Name: "relative kubelet registration path", Args: []string{"--nodeid=n1", "--kubelet-registration-path=csi.sock"}, WantErr: "--kubelet-registration-path"},
 		{Name: "relative registration socket", Args: []string{"--nodeid=n1", "--kubelet-registration-path=/k/csi.sock", "--registration-socket=r.sock"}, WantErr: "--registration-socket"},
@@ -61,7 +67,7 @@ func TestBinaryUsage(t *testing.T) {
 	}
 	for _, f := range []string{"-endpoint", "-nodeid", "-drivername", "-datadir", "-capacity", "-max-volume-size",
 		"-enable-topology", "-enable-attach", "-max-volumes-per-node", "-enable-snapshot-metadata", "-mutable-parameters", "-fsync",
-		"-group-snapshot-quiesce\n", "-group-snapshot-quiesce-timeout", "-version", "-v "} {
+		"-group-snapshot-quiesce\n", "-group-snapshot-quiesce-timeout", "-quarantine-max-age", "-version", "-v "} {
 		if !strings.Contains(out.String(), f) {
 			t.Errorf("--help does not document %s", f)
 		}

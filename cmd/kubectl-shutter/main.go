@@ -1,5 +1,6 @@
 // Command kubectl-shutter is the `kubectl shutter` plugin: it explains why a volume snapshot is
-// not ready or not deleted. Put it on the PATH and run `kubectl shutter --help`.
+// not ready or not deleted, and lists the changed blocks of snapshots (changed-blocks). Put it on
+// the PATH and run `kubectl shutter --help`.
 package main
 
 import (
@@ -11,11 +12,16 @@ import (
 
 	"github.com/spf13/pflag"
 
+	"github.com/shutter-csi/shutter/pkg/changedblocks"
 	"github.com/shutter-csi/shutter/pkg/diagnose"
 	"github.com/shutter-csi/shutter/pkg/version"
 )
 
 func main() {
+	if len(os.Args) > 1 && os.Args[1] == "changed-blocks" {
+		changedBlocks(os.Args[2:])
+		return
+	}
 	opts := diagnose.Options{Out: os.Stdout, Err: os.Stderr}
 	fs := pflag.NewFlagSet("kubectl-shutter", pflag.ContinueOnError)
 	opts.AddFlags(fs)
@@ -40,6 +46,20 @@ func main() {
 	defer stop()
 	if err := diagnose.Run(ctx, opts); err != nil {
 		fmt.Fprintf(os.Stderr, "kubectl shutter: %v\n", err)
+		os.Exit(diagnose.ExitError)
+	}
+}
+
+// changedBlocks runs `kubectl shutter changed-blocks`.
+func changedBlocks(args []string) {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
+	defer stop()
+	err := changedblocks.Run(ctx, args, os.Stdout, os.Stderr)
+	switch {
+	case errors.Is(err, pflag.ErrHelp):
+	case err != nil:
+		fmt.Fprintf(os.Stderr, "kubectl shutter changed-blocks: %v\n", err)
+		stop()
 		os.Exit(diagnose.ExitError)
 	}
 }

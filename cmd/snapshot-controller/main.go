@@ -6,8 +6,6 @@ package main
 import (
 	"context"
 	"flag"
-	"fmt"
-	"strconv"
 	"strings"
 	"time"
 
@@ -34,6 +32,7 @@ func parseFlags(args []string) (snapshot.RunOptions, bool, error) {
 	opts.Client.AddFlags(fs, 100, 200)
 	opts.LeaderElection.AddFlags(fs)
 	opts.HTTP.AddFlags(fs, "Address (host:port) serving /metrics, /healthz and /healthz/leader-election; empty serves nothing.")
+	opts.HTTP.AddMetricsFlags(fs)
 	fs.DurationVar(&opts.RetryCRDIntervalMax, "retry-crd-interval-max", 30*time.Second, "Longest wait between checks for the snapshot CRDs at start; past it the controller exits.")
 	fs.IntVar(&opts.Controller.Workers, "worker-threads", 10, "Workers per queue.")
 	fs.DurationVar(&opts.Controller.Retry.RetryStart, "retry-interval-start", time.Second, "First retry delay of a failed object; doubles on each failure.")
@@ -41,40 +40,21 @@ func parseFlags(args []string) (snapshot.RunOptions, bool, error) {
 	fs.DurationVar(&opts.Controller.ResyncPeriod, "resync-period", 15*time.Minute, "How often every object is looked at again as a safety net; 0 disables it.")
 	fs.BoolVar(&opts.Controller.DistributedSnapshotting, "enable-distributed-snapshotting", false, "Label each content with the node of its volume, for node-local sidecars.")
 	fs.BoolVar(&opts.Controller.ReadyEvents, "ready-events", false, "Record a Normal event when a snapshot or group snapshot becomes ready (status.readyToUse says the same; each event is an API write). Failures always get a Warning event.")
-	fs.DurationVar(&opts.Controller.SidecarLivenessThreshold, "sidecar-liveness-threshold", 5*time.Minute, "A snapshot whose content has waited this long for its driver's csi-snapshotter gets a Warning event when no sidecar of the driver holds a live leader-election Lease (watches the Leases of every namespace but kube-node-lease); 0 turns the check off.")
+	fs.DurationVar(&opts.Controller.SidecarLivenessThreshold, "sidecar-liveness-threshold", 5*time.Minute, "A snapshot whose content has waited this long for its driver's csi-snapshotter gets a Warning event when no sidecar of the driver holds a live leader-election Lease (watches the Leases of every namespace but kube-node-lease, and counts those of kube-system, of --sidecar-lease-namespaces and of the namespaces whose ServiceAccounts a ClusterRoleBinding lets write VolumeSnapshotContents); 0 turns the check off.")
+	fs.Func("sidecar-lease-namespaces", "Comma-separated namespaces whose csi-snapshotter Leases count for --sidecar-liveness-threshold besides kube-system and the namespaces found from RBAC (name them when the controller may not list clusterroles and clusterrolebindings).", func(v string) error {
+		for _, ns := range strings.Split(v, ",") {
+			if ns = strings.TrimSpace(ns); ns != "" {
+				opts.Controller.SidecarLeaseNamespaces = append(opts.Controller.SidecarLeaseNamespaces, ns)
+			}
+		}
+		return nil
+	})
 	fs.BoolVar(&opts.Controller.PreventVolumeModeConversion, "prevent-volume-mode-conversion", true, "Record each content's source volume mode so that restores cannot change it unnoticed.")
 	fs.BoolVar(&opts.Controller.Schedules, "snapshot-schedules", true, "Take and prune snapshots for SnapshotSchedules (snapshot.shutter.dev) once their CRD is served.")
-	gates := featureGates{"CSIVolumeGroupSnapshot": true}
-	fs.Var(gates, "feature-gates", "Comma-separated Name=true|false pairs. CSIVolumeGroupSnapshot (default true) reconciles VolumeGroupSnapshots.")
-	if showVersion, err := command.Parse(fs, args); showVersion || err != nil {
+	dropIn := command.NewDropIn()
+	if showVersion, err := command.ParseDropIn(fs, args, dropIn); showVersion || err != nil {
 		return opts, showVersion, err
 	}
-	opts.Controller.Groups = gates["CSIVolumeGroupSnapshot"]
-	return opts, false, nil
-}
-
-// featureGates is the --feature-gates flag: known names only, each true or false.
-type featureGates map[string]bool
-
-func (g featureGates) String() string {
-	var parts []string
-	for name, on := range g {
-		parts = append(parts, fmt.Sprintf("%s=%t", name, on))
-	}
-	return strings.Join(parts, ",")
-}
-
-func (g featureGates) Set(value string) error {
-	for _, pair := range strings.Split(value, ",") {
-		name, val, ok := strings.Cut(strings.TrimSpace(pair), "=")
-		if _, known := g[name]; !known || !ok {
-			return fmt.Errorf("unknown feature gate %q (known: CSIVolumeGroupSnapshot=true|false)", pair)
-		}
-		on, err := strconv.ParseBool(val)
-		if err != nil {
-			return fmt.Errorf("feature gate %s: %w", name, err)
-		}
-		g[name] = on
-	}
-	return nil
+	opts.Controller.Groups = dropIn.Enabled(command.GateGroupSnapshots)
+	return opts, false, opts.HTTP.Complete()
 }

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"slices"
 	"testing"
 	"time"
 
@@ -21,9 +22,41 @@ func TestParseFlags(t *testing.T) {
 					t.Errorf("workers %d, groups %t", c.Workers, c.Groups)
 				}
 			}},
+		{Name: "sidecar lease namespaces", Args: []string{"--sidecar-lease-namespaces=shutter, vendor-csi,"},
+			Check: func(t *testing.T, o snapshot.RunOptions) {
+				if got := o.Controller.SidecarLeaseNamespaces; !slices.Equal(got, []string{"shutter", "vendor-csi"}) {
+					t.Errorf("sidecar lease namespaces %q", got)
+				}
+			}},
 		{Name: "version", Args: []string{"--version", "extra"}, WantVersion: true},
-		{Name: "unknown gate", Args: []string{"--feature-gates=Other=true"}, WantErr: "unknown feature gate"},
+		{Name: "unknown gate", Args: []string{"--feature-gates=Other=true"}, WantErr: "unrecognized feature gate: Other"},
+		{Name: "removed group flag maps to the gate", Args: []string{"--enable-volume-group-snapshots=false"},
+			Check: func(t *testing.T, o snapshot.RunOptions) {
+				if o.Controller.Groups {
+					t.Error("groups on")
+				}
+			}},
+		{Name: "metrics address is the endpoint", Args: []string{"--metrics-address=:22014", "--metrics-path=/m"},
+			Check: func(t *testing.T, o snapshot.RunOptions) {
+				if o.HTTP.Endpoint != ":22014" || o.HTTP.MetricsPath != "/m" {
+					t.Errorf("http %+v", o.HTTP)
+				}
+			}},
+		{Name: "metrics address and endpoint", Args: []string{"--metrics-address=:1", "--http-endpoint=:2"}, WantErr: "only one of"},
+		{Name: "lease labels", Args: []string{"--leader-election-labels=a:b,c:d"}, Check: func(t *testing.T, o snapshot.RunOptions) {
+			if l := o.LeaderElection.Labels; len(l) != 2 || l["a"] != "b" || l["c"] != "d" {
+				t.Errorf("labels %v", l)
+			}
+		}},
+		{Name: "malformed lease labels", Args: []string{"--leader-election-labels=a=b"}, WantErr: "malformed item"},
+		{Name: "unknown log format", Args: []string{"--logging-format=xml"}, WantErr: "Unsupported log format"},
 		{Name: "stray argument", Args: []string{"extra"}, WantErr: "unexpected arguments"},
 		{Name: "unknown flag", Args: []string{"--no-such-flag"}, WantErr: "not defined"},
 	})
+}
+
+// TestUpstreamFlags: every flag of the upstream snapshot-controller, and the removed ones that
+// deployments still pass, is accepted.
+func TestUpstreamFlags(t *testing.T) {
+	commandtest.AcceptsAll(t, parseFlags, nil, commandtest.LoggingFlags, commandtest.ControllerFlags, commandtest.RemovedFlags)
 }

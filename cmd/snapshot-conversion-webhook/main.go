@@ -33,6 +33,8 @@ func parseFlags(args []string) (conversion.Options, bool, error) {
 	fs.StringVar(&c.CABundleFile, "ca-bundle-file", "", "PEM CA that signed the serving certificate, written into the CRDs by --patch-crds.")
 	fs.DurationVar(&c.Resync, "crd-resync-period", c.Resync, "How often --patch-crds applies the conversion settings again.")
 	fs.Int64Var(&opts.MaxRequestBytes, "max-request-bytes", opts.MaxRequestBytes, "Largest ConversionReview body accepted; a larger one is answered 413.")
+	fs.IntVar(&opts.MaxRequestsInFlight, "max-requests-inflight", opts.MaxRequestsInFlight, "Conversions served at once; more wait their turn up to 10 s, then are answered 429.")
+	fs.Int64Var(&opts.MaxBytesInFlight, "max-bytes-inflight", opts.MaxBytesInFlight, "Bytes of the bodies of the conversions served at once (a body of unknown length counts as --max-request-bytes; raised to --max-request-bytes if below); more wait as above. Memory use is about 2.5 times this.")
 	t := &opts.Timeouts
 	fs.DurationVar(&t.ReadHeader, "read-header-timeout", t.ReadHeader, "How long a client may take to send a request's headers.")
 	fs.DurationVar(&t.Read, "read-timeout", t.Read, "How long a client may take to send a whole request.")
@@ -45,8 +47,8 @@ func parseFlags(args []string) (conversion.Options, bool, error) {
 	if opts.CertFile == "" || opts.KeyFile == "" {
 		return opts, false, errors.New("--tls-cert-file and --tls-private-key-file are required")
 	}
-	if opts.MaxRequestBytes <= 0 || t.ReadHeader <= 0 || t.Read <= 0 || t.Write <= 0 || t.Idle <= 0 {
-		return opts, false, errors.New("--max-request-bytes and the timeouts must be positive")
+	if opts.MaxRequestBytes <= 0 || opts.MaxRequestsInFlight <= 0 || opts.MaxBytesInFlight <= 0 || t.ReadHeader <= 0 || t.Read <= 0 || t.Write <= 0 || t.Idle <= 0 {
+		return opts, false, errors.New("--max-request-bytes, --max-requests-inflight, --max-bytes-inflight and the timeouts must be positive")
 	}
 	c.ServicePort = int32(*port)
 	if *crds != "" {

@@ -13,7 +13,7 @@ import (
 )
 
 // components are the repositories of Shutter's own images, as the chart names them.
-var components = []string{"snapshot-controller", "csi-snapshotter", "hostpath-driver", "snapshot-conversion-webhook"}
+var components = []string{"snapshot-controller", "csi-snapshotter", "hostpath-driver", "snapshot-conversion-webhook", "csi-snapshot-metadata"}
 
 // writeNodeValues writes DIR/node-values.yaml: the chart values that change with each start of a
 // node (the API server's port, the kubelet's folder) and, when images holds Shutter's images,

@@ -8,8 +8,8 @@
 // snapshot.storage.k8s.io it adds v1beta1 with served and storage false, so clusters whose
 // status.storedVersions still lists v1beta1 accept the update. Every CRD gets conversion strategy
 // None; the Helm chart switches the group CRDs to the conversion webhook when it runs one.
-// Shutter's own group, snapshot.shutter.dev, has only the version it is generated with and is
-// left as it is.
+// Shutter's own group, snapshot.shutter.dev, and changed block tracking's, cbt.storage.k8s.io
+// (public since v1beta1), have only the version they are generated with and are left as they are.
 //
 // Usage: go run ./hack/crdversions <crd-dir>
 package main
@@ -27,6 +27,7 @@ const (
 	snapshotGroup      = "snapshot.storage.k8s.io"
 	groupSnapshotGroup = "groupsnapshot.storage.k8s.io"
 	shutterGroup       = "snapshot.shutter.dev"
+	cbtGroup           = "cbt.storage.k8s.io"
 	contentKind        = "VolumeGroupSnapshotContent"
 )
 
@@ -76,7 +77,7 @@ func rewrite(path string) error {
 // addVersions adds the older versions of the CRD's group next to the generated v1.
 func addVersions(crd obj) error {
 	spec, _ := crd["spec"].(obj)
-	if spec["group"] == shutterGroup {
+	if spec["group"] == shutterGroup || spec["group"] == cbtGroup {
 		return nil
 	}
 	versions, _ := spec["versions"].([]any)

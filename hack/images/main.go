@@ -64,7 +64,7 @@ func parseFlags(args []string) (opts images.Options, out, push string, err error
 	fs.StringVar(&opts.Commit, "commit", "", "org.opencontainers.image.revision (the Makefile's COMMIT)")
 	fs.StringVar(&opts.LDFlags, "ldflags", "", "linker flags stamping the binaries (the Makefile's LDFLAGS)")
 	fs.StringVar(&opts.Registry, "registry", images.DefaultRegistry, "registry prefix of the image names in the tars (the chart's global.imageRegistry)")
-	fs.StringVar(&opts.CACertificates, "ca-certificates", imagebuild.CACertificatesPath, "PEM CA bundle copied into the API clients' images; skipped with a warning when absent, empty for none")
+	fs.StringVar(&opts.CACertificates, "ca-certificates", "", "PEM CA bundle to put into the API clients' images; none by default (in a cluster they trust the API server through their ServiceAccount's CA, with --kubeconfig through its CA), so no image depends on the build machine's bundle")
 	platforms := fs.String("platforms", strings.Join(images.DefaultPlatforms, ","), "comma-separated os/arch list")
 	only := fs.String("only", "", "comma-separated components to build (default: all)")
 	fs.StringVar(&out, "out", "bin/images", "folder of the <component>.tar files (binaries are kept in its .build folder)")
@@ -82,9 +82,8 @@ func parseFlags(args []string) (opts images.Options, out, push string, err error
 		return
 	}
 	if opts.CACertificates != "" {
-		if _, statErr := os.Stat(opts.CACertificates); statErr != nil {
-			fmt.Fprintf(os.Stderr, "images: warning: no CA certificates in the images (%v)\n", statErr)
-			opts.CACertificates = ""
+		if _, err = os.Stat(opts.CACertificates); err != nil {
+			return opts, out, push, fmt.Errorf("-ca-certificates: %w", err)
 		}
 	}
 	opts.BuildDir = filepath.Join(out, ".build")

@@ -35,6 +35,8 @@ type File struct {
 	UID, GID int
 	// Data is the file's content.
 	Data []byte
+	// Link, when set, makes the entry a symbolic link to Link (Data is ignored).
+	Link string
 }
 
 // Image describes one image, built once per platform.

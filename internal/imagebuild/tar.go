@@ -25,7 +25,7 @@ func writeLayerTar(w io.Writer, files []File, mtime time.Time) error {
 		if err := tw.WriteHeader(header(f, mtime)); err != nil {
 			return fmt.Errorf("tar header %s: %w", f.Path, err)
 		}
-		if !f.Mode.IsDir() {
+		if !f.Mode.IsDir() && f.Link == "" {
 			if _, err := tw.Write(f.Data); err != nil {
 				return fmt.Errorf("tar data %s: %w", f.Path, err)
 			}
@@ -80,6 +80,10 @@ func header(f File, mtime time.Time) *tar.Header {
 	if f.Mode.IsDir() {
 		h.Typeflag = tar.TypeDir
 		h.Name += "/"
+		return h
+	}
+	if f.Link != "" {
+		h.Typeflag, h.Linkname = tar.TypeSymlink, f.Link
 		return h
 	}
 	h.Typeflag = tar.TypeReg

@@ -1,5 +1,6 @@
 // Package images builds Shutter's container images: one OCI image index per component
-// (snapshot-controller, csi-snapshotter, hostpath-driver, snapshot-conversion-webhook), each
+// (snapshot-controller, csi-snapshotter, hostpath-driver, snapshot-conversion-webhook,
+// csi-snapshot-metadata), each
 // image a static binary with no shell. `make images` runs it through hack/images.
 //
 // Names agree with the Helm chart: <registry>/<component>:<version>, where the registry is the
@@ -35,7 +36,8 @@ const License = "Apache-2.0"
 // NonRootUID is the user (and group) of every image that does not need root.
 const NonRootUID = 65532
 
-// Component is one image: the binary cmd/<Name> at /usr/local/bin/<Name>, its entrypoint.
+// Component is one image: the binary cmd/<Name> at /usr/local/bin/<Name>, its entrypoint (at
+// /<Name>, with /usr/local/bin/<Name> a link to it, for a drop-in replacement of an upstream image).
 type Component struct {
 	// Name is the cmd/ folder, the binary and the image repository.
 	Name string
@@ -43,21 +45,27 @@ type Component struct {
 	Description string
 	// Root runs the image as root (uid 0) instead of NonRootUID.
 	Root bool
-	// CACertificates puts the CA bundle in the image: the binary is a Kubernetes API client, which
-	// with --kubeconfig may talk TLS to a server whose certificate chains to a public CA.
+	// CACertificates puts Options.CACertificates, when one is named, in the image: the binary is
+	// a Kubernetes API client, which with --kubeconfig may talk TLS to a server whose certificate
+	// chains to a CA its kubeconfig does not name. None is named by default.
 	CACertificates bool
+	// UpstreamPath puts the binary at /<Name>, where the upstream kubernetes-csi image of the
+	// same name has it, so that charts setting command: [/<Name>] work with this image too.
+	UpstreamPath bool
 }
 
 // Components are Shutter's images, in build order.
 var Components = []Component{
-	{Name: "snapshot-controller", CACertificates: true,
+	{Name: "snapshot-controller", CACertificates: true, UpstreamPath: true,
 		Description: "Shutter's snapshot-controller: binds VolumeSnapshots to VolumeSnapshotContents"},
-	{Name: "csi-snapshotter", CACertificates: true,
+	{Name: "csi-snapshotter", CACertificates: true, UpstreamPath: true,
 		Description: "Shutter's csi-snapshotter sidecar: turns snapshot contents into CSI calls"},
 	{Name: "hostpath-driver", Root: true,
 		Description: "Shutter's hostpath CSI driver: volumes and snapshots in a local directory"},
 	{Name: "snapshot-conversion-webhook", CACertificates: true,
 		Description: "Shutter's conversion webhook for the group snapshot API versions"},
+	{Name: "csi-snapshot-metadata", CACertificates: true,
+		Description: "Shutter's snapshot-metadata sidecar: serves changed block ranges of snapshots to backup applications"},
 }
 
 // DefaultPlatforms are the platforms every index holds.
@@ -78,7 +86,8 @@ type Options struct {
 	Registry string
 	// Platforms to build; nil is DefaultPlatforms.
 	Platforms []v1.Platform
-	// CACertificates is the host's PEM bundle copied into the images that want one; "" puts none.
+	// CACertificates is a PEM bundle copied into the images that want one; "" (the default of
+	// make images) puts none, so that no digest depends on the build machine.
 	CACertificates string
 	// BuildDir keeps the binaries between runs (go build skips a link that is up to date).
 	BuildDir string
@@ -201,13 +210,21 @@ func (o *Options) Labels(c Component) map[string]string {
 	}
 }
 
+// Binary is the path of c's binary in its image, its entrypoint.
+func (c Component) Binary() string {
+	if c.UpstreamPath {
+		return "/" + c.Name
+	}
+	return "/usr/local/bin/" + c.Name
+}
+
 // spec is the imagebuild description of component c.
 func (o *Options) spec(c Component) imagebuild.Image {
 	user := fmt.Sprintf("%d:%d", NonRootUID, NonRootUID)
 	if c.Root {
 		user = "0:0"
 	}
-	bin := "/usr/local/bin/" + c.Name
+	bin := c.Binary()
 	return imagebuild.Image{
 		Platforms:   o.Platforms,
 		Entrypoint:  []string{bin},
@@ -223,6 +240,9 @@ func (o *Options) spec(c Component) imagebuild.Image {
 			files := append(imagebuild.UserFiles("nonroot", NonRootUID),
 				imagebuild.File{Path: bin, Mode: 0o755, Data: data},
 				imagebuild.File{Path: "/tmp", Mode: fs.ModeDir | fs.ModeSticky | 0o777})
+			if c.UpstreamPath {
+				files = append(files, imagebuild.File{Path: "/usr/local/bin/" + c.Name, Mode: 0o777, Link: bin})
+			}
 			if c.CACertificates && o.CACertificates != "" {
 				ca, err := imagebuild.CACertificates(o.CACertificates)
 				if err != nil {

@@ -157,7 +157,9 @@ func checkConfig(t *testing.T, c Component, img v1.Image, p *v1.Platform) {
 	if cfg.Config.User != wantUser {
 		t.Errorf("%s: user %q, want %q", p, cfg.Config.User, wantUser)
 	}
-	if want := []string{"/usr/local/bin/" + c.Name}; !reflect.DeepEqual(cfg.Config.Entrypoint, want) {
+	want := map[string]string{"snapshot-controller": "/snapshot-controller", "csi-snapshotter": "/csi-snapshotter",
+		"hostpath-driver": "/usr/local/bin/hostpath-driver", "snapshot-conversion-webhook": "/usr/local/bin/snapshot-conversion-webhook"}
+	if want := []string{want[c.Name]}; !reflect.DeepEqual(cfg.Config.Entrypoint, want) {
 		t.Errorf("%s: entrypoint %q, want %q", p, cfg.Config.Entrypoint, want)
 	}
 	if cfg.OS != p.OS || cfg.Architecture != p.Architecture || !cfg.Created.Time.Equal(testCreated) {
@@ -175,6 +177,11 @@ func checkConfig(t *testing.T, c Component, img v1.Image, p *v1.Platform) {
 		}
 	}
 	files := layerFiles(t, img)
+	if c.UpstreamPath {
+		if link := string(files["usr/local/bin/"+c.Name]); link != "-> /"+c.Name {
+			t.Errorf("%s: usr/local/bin/%s is %q, want a link to /%s", p, c.Name, link, c.Name)
+		}
+	}
 	for _, shell := range []string{"bin/sh", "bin/bash", "bin/busybox"} {
 		if _, ok := files[shell]; ok {
 			t.Errorf("%s: the image has a shell, %s", p, shell)
@@ -218,6 +225,9 @@ func layerFiles(t *testing.T, img v1.Image) map[string][]byte {
 			}
 			files[h.Name] = b
 		}
+		if h.Typeflag == tar.TypeSymlink {
+			files[h.Name] = []byte("-> " + h.Linkname)
+		}
 	}
 }
 
@@ -236,7 +246,7 @@ func TestBinariesReportVersion(t *testing.T) {
 				t.Fatal(err)
 			}
 			bin := filepath.Join(dir, c.Name)
-			if err := os.WriteFile(bin, layerFiles(t, img)["usr/local/bin/"+c.Name], 0o755); err != nil {
+			if err := os.WriteFile(bin, layerFiles(t, img)[strings.TrimPrefix(c.Binary(), "/")], 0o755); err != nil {
 				t.Fatal(err)
 			}
 			out, err := exec.Command(bin, "--version").CombinedOutput()

@@ -15,7 +15,9 @@ import (
 	"os"
 	"runtime"
 	"runtime/debug"
+	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -84,6 +86,8 @@ type LeaderElectionOptions struct {
 	Enabled                                   bool
 	Namespace                                 string
 	LeaseDuration, RenewDeadline, RetryPeriod time.Duration
+	// Labels are set on the Lease while this replica leads (--leader-election-labels).
+	Labels map[string]string
 }
 
 // AddFlags registers the --leader-election flags.
@@ -93,6 +97,36 @@ func (o *LeaderElectionOptions) AddFlags(fs *flag.FlagSet) {
 	fs.DurationVar(&o.LeaseDuration, "leader-election-lease-duration", 15*time.Second, "How long a Lease holds without renewal before another replica may take it.")
 	fs.DurationVar(&o.RenewDeadline, "leader-election-renew-deadline", 10*time.Second, "How long the leader keeps retrying to renew before it gives up leadership.")
 	fs.DurationVar(&o.RetryPeriod, "leader-election-retry-period", 5*time.Second, "How often replicas try to take or renew the Lease.")
+	fs.Var(leaseLabels{&o.Labels}, "leader-election-labels", "Labels set on the Lease while this replica leads: a comma-separated list of key:value pairs, e.g. 'team:storage,tier:one'.")
+}
+
+// leaseLabels is the --leader-election-labels flag: key:value pairs separated by commas.
+type leaseLabels struct{ m *map[string]string }
+
+func (l leaseLabels) String() string {
+	if l.m == nil || len(*l.m) == 0 {
+		return ""
+	}
+	var pairs []string
+	for k, v := range *l.m {
+		pairs = append(pairs, k+":"+v)
+	}
+	slices.Sort(pairs)
+	return strings.Join(pairs, ",")
+}
+
+func (l leaseLabels) Set(value string) error {
+	if *l.m == nil {
+		*l.m = map[string]string{}
+	}
+	for _, item := range strings.Split(value, ",") {
+		k, v, ok := strings.Cut(item, ":")
+		if !ok || strings.Contains(v, ":") {
+			return fmt.Errorf("malformed item in list of labels: %s", item)
+		}
+		(*l.m)[k] = v
+	}
+	return nil
 }
 
 // Elector runs a function while this process holds the Lease. Its Check is the
@@ -193,8 +227,8 @@ func (e *Elector) Run(ctx context.Context, cs kubernetes.Interface, run func(ctx
 	if ns == "" {
 		ns = inClusterNamespace()
 	}
-	lock, err := resourcelock.New(resourcelock.LeasesResourceLock, ns, e.name, cs.CoreV1(), cs.CoordinationV1(),
-		resourcelock.ResourceLockConfig{Identity: id})
+	lock, err := resourcelock.NewWithLabels(resourcelock.LeasesResourceLock, ns, e.name, cs.CoreV1(), cs.CoordinationV1(),
+		resourcelock.ResourceLockConfig{Identity: id}, e.opts.Labels)
 	if err != nil {
 		return err
 	}
@@ -262,6 +296,11 @@ func Registry() *prometheus.Registry {
 type HTTPOptions struct {
 	// Endpoint is the address served; empty serves nothing.
 	Endpoint string
+	// MetricsAddress is upstream's deprecated --metrics-address: Endpoint's other name; at most
+	// one of the two may be set. Complete folds it into Endpoint.
+	MetricsAddress string
+	// MetricsPath is the path of the metrics; empty means /metrics.
+	MetricsPath string
 	// Profiling also serves Go's profiles at /debug/pprof/.
 	Profiling bool
 }
@@ -272,15 +311,42 @@ func (o *HTTPOptions) AddFlags(fs *flag.FlagSet, endpointHelp string) {
 	fs.BoolVar(&o.Profiling, "profiling", false, "Also serve Go's CPU, heap and goroutine profiles at /debug/pprof/ on --http-endpoint.")
 }
 
-// ServeHTTP serves /metrics from reg, /healthz and /healthz/<check> (and the profiles when
-// asked) until ctx is done.
+// AddMetricsFlags registers the upstream sidecars' --metrics-address and --metrics-path; call
+// Complete after parsing.
+func (o *HTTPOptions) AddMetricsFlags(fs *flag.FlagSet) {
+	fs.StringVar(&o.MetricsAddress, "metrics-address", "", "(deprecated) Another name of --http-endpoint; only one of the two can be set.")
+	fs.StringVar(&o.MetricsPath, "metrics-path", "/metrics", "The HTTP path where the Prometheus metrics are served.")
+}
+
+// Complete checks the flags and folds --metrics-address into Endpoint.
+func (o *HTTPOptions) Complete() error {
+	if o.MetricsAddress != "" {
+		if o.Endpoint != "" {
+			return errors.New("only one of --metrics-address and --http-endpoint can be set")
+		}
+		o.Endpoint, o.MetricsAddress = o.MetricsAddress, ""
+	}
+	if o.MetricsPath != "" && !strings.HasPrefix(o.MetricsPath, "/") {
+		return fmt.Errorf("--metrics-path %q must start with /", o.MetricsPath)
+	}
+	return nil
+}
+
+// ServeHTTP serves /metrics (or MetricsPath) from reg unless reg is nil, /healthz and
+// /healthz/<check> (and the profiles when asked) until ctx is done.
 func ServeHTTP(ctx context.Context, opts HTTPOptions, reg prometheus.Gatherer, checks ...HealthCheck) error {
 	addr := opts.Endpoint
 	if addr == "" {
 		return nil
 	}
 	mux := http.NewServeMux()
-	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
+	if reg != nil {
+		path := opts.MetricsPath
+		if path == "" {
+			path = "/metrics"
+		}
+		mux.Handle(path, promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
+	}
 	InstallHealthChecks(mux, checks...)
 	if opts.Profiling {
 		mux.HandleFunc("/debug/pprof/", pprof.Index)

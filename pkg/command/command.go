@@ -55,6 +55,10 @@ func Execute[O any](name string, args []string, stdout, stderr io.Writer, parse 
 		fmt.Fprintln(stdout, name, version.String())
 		return ExitOK
 	}
+	if err := applyPending(); err != nil {
+		fmt.Fprintf(stderr, "%s: %v\n", name, err)
+		return ExitUsage
+	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
 	logger := klog.Background().WithName(name)
@@ -67,20 +71,38 @@ func Execute[O any](name string, args []string, stdout, stderr io.Writer, parse 
 	return ExitOK
 }
 
+// ParseDropIn is Parse for a drop-in replacement of an upstream image: instead of klog's flags
+// it adds d's (component-base logging, --feature-gates, --automaxprocs and the removed flags)
+// and completes d after parsing; Execute applies d's logging configuration.
+func ParseDropIn(fs *flag.FlagSet, args []string, d *DropIn) (showVersion bool, err error) {
+	v := fs.Bool("version", false, "Print the version and exit.")
+	d.AddFlags(fs)
+	return finish(fs, args, v, d.Complete)
+}
+
 // Parse adds --version and klog's flags to fs, parses args and refuses positional arguments. When
 // --version is given it reports so and checks nothing else, so that --version works whatever
 // the other flags say. fs should be made with flag.ContinueOnError.
 func Parse(fs *flag.FlagSet, args []string) (showVersion bool, err error) {
 	v := fs.Bool("version", false, "Print the version and exit.")
 	klog.InitFlags(fs)
+	return finish(fs, args, v, nil)
+}
+
+// finish parses args into fs, answers --version and refuses positional arguments; then it calls
+// complete, when given.
+func finish(fs *flag.FlagSet, args []string, version *bool, complete func() error) (bool, error) {
 	if err := fs.Parse(args); err != nil {
 		return false, err
 	}
-	if *v {
+	if *version {
 		return true, nil
 	}
 	if fs.NArg() > 0 {
 		return false, fmt.Errorf("unexpected arguments: %v", fs.Args())
+	}
+	if complete != nil {
+		return false, complete()
 	}
 	return false, nil
 }

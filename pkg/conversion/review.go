@@ -55,6 +55,13 @@ func convertRaw(raw []byte, desiredAPIVersion string) ([]byte, error) {
 // DefaultMaxRequestBytes.
 func Handler() http.Handler { return LimitedHandler(DefaultMaxRequestBytes) }
 
+// tooLarge answers a body over limit with 413.
+func tooLarge(w http.ResponseWriter, r *http.Request, limit int64) {
+	klog.FromContext(r.Context()).Error(nil, "ConversionReview too large", "limitBytes", limit, "contentLength", r.ContentLength)
+	http.Error(w, fmt.Sprintf("ConversionReview body exceeds the limit of %d bytes (--max-request-bytes)", limit),
+		http.StatusRequestEntityTooLarge)
+}
+
 // LimitedHandler is Handler for bodies of at most maxBytes; a longer body is refused with 413
 // Request Entity Too Large, never cut and parsed.
 func LimitedHandler(maxBytes int64) http.Handler {
@@ -64,12 +71,14 @@ func LimitedHandler(maxBytes int64) http.Handler {
 			http.Error(w, "only POST is served", http.StatusMethodNotAllowed)
 			return
 		}
+		if r.ContentLength > maxBytes { // refused before a byte of it is read
+			tooLarge(w, r, maxBytes)
+			return
+		}
 		body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, maxBytes))
-		var tooLarge *http.MaxBytesError
-		if errors.As(err, &tooLarge) {
-			logger.Error(nil, "ConversionReview too large", "limitBytes", tooLarge.Limit)
-			http.Error(w, fmt.Sprintf("ConversionReview body exceeds the limit of %d bytes (--max-request-bytes)", tooLarge.Limit),
-				http.StatusRequestEntityTooLarge)
+		var maxErr *http.MaxBytesError
+		if errors.As(err, &maxErr) {
+			tooLarge(w, r, maxErr.Limit)
 			return
 		}
 		if err != nil {

@@ -34,6 +34,11 @@ type Options struct {
 	CRDs CRDOptions
 	// MaxRequestBytes bounds a request body; a longer one is answered 413.
 	MaxRequestBytes int64
+	// MaxRequestsInFlight and MaxBytesInFlight bound the conversions served at once, by number
+	// and by the bytes of their bodies (inflight.go); a request whose turn does not come within
+	// ten seconds is answered 429.
+	MaxRequestsInFlight int
+	MaxBytesInFlight    int64
 	// Timeouts bound how long a client may take, so that slow or stalled
 	// clients cannot hold connections (and memory) open.
 	Timeouts Timeouts
@@ -53,17 +58,24 @@ type Timeouts struct {
 func DefaultOptions() Options {
 	return Options{
 		Port: 9443, CRDs: CRDOptions{Resync: time.Minute, ServicePort: 443},
-		MaxRequestBytes: DefaultMaxRequestBytes,
-		Timeouts:        Timeouts{ReadHeader: 10 * time.Second, Read: 30 * time.Second, Write: 30 * time.Second, Idle: 90 * time.Second},
+		MaxRequestBytes: DefaultMaxRequestBytes, MaxRequestsInFlight: DefaultMaxRequestsInFlight, MaxBytesInFlight: DefaultMaxBytesInFlight,
+		Timeouts: Timeouts{ReadHeader: 10 * time.Second, Read: 30 * time.Second, Write: 30 * time.Second, Idle: 90 * time.Second},
 	}
 }
 
-// withDefaults fills a zero body limit or timeout with its default, so that an Options literal
-// that leaves them out does not answer every request with 413 or serve without timeouts.
+// withDefaults fills a zero body limit, in-flight bound or timeout with its default, so that an
+// Options literal that leaves them out does not answer every request with 413 or serve without
+// bounds.
 func (o Options) withDefaults() Options {
 	d := DefaultOptions()
 	if o.MaxRequestBytes <= 0 {
 		o.MaxRequestBytes = d.MaxRequestBytes
+	}
+	if o.MaxRequestsInFlight <= 0 {
+		o.MaxRequestsInFlight = d.MaxRequestsInFlight
+	}
+	if o.MaxBytesInFlight <= 0 {
+		o.MaxBytesInFlight = d.MaxBytesInFlight
 	}
 	t, dt := &o.Timeouts, d.Timeouts
 	for _, p := range []struct{ v, def *time.Duration }{
@@ -99,7 +111,8 @@ func Serve(ctx context.Context, ln net.Listener, opts Options) error {
 
 	opts = opts.withDefaults()
 	mux := http.NewServeMux()
-	mux.Handle(ConvertPath, LimitedHandler(opts.MaxRequestBytes))
+	mux.Handle(ConvertPath, limitInFlight(LimitedHandler(opts.MaxRequestBytes), opts.MaxRequestsInFlight,
+		opts.MaxBytesInFlight, opts.MaxRequestBytes, inFlightWait))
 	app.InstallHealthChecks(mux)
 	srv := &http.Server{
 		Handler:           mux,

@@ -41,6 +41,13 @@ var _ Client = (*GRPC)(nil)
 // can create and delete snapshots. Every failure is returned with a message that says what to
 // fix; the connection is closed again on failure.
 func Connect(ctx context.Context, opts ConnectOptions) (*GRPC, error) {
+	return dial(ctx, opts, newGRPC, (*GRPC).DriverName)
+}
+
+// dial connects to the driver at opts.Address and builds a client on the connection; the
+// connection is closed again when build fails. The metrics learn the driver's name.
+func dial[T any](ctx context.Context, opts ConnectOptions, build func(context.Context, *grpc.ClientConn, ConnectOptions) (T, error), name func(T) string) (T, error) {
+	var none T
 	if opts.Timeout <= 0 {
 		opts.Timeout = time.Minute
 	}
@@ -49,15 +56,15 @@ func Connect(ctx context.Context, opts ConnectOptions) (*GRPC, error) {
 		return true
 	}))
 	if err != nil {
-		return nil, fmt.Errorf("connect to CSI driver at %s: %w", opts.Address, err)
+		return none, fmt.Errorf("connect to CSI driver at %s: %w", opts.Address, err)
 	}
-	c, err := newGRPC(ctx, conn, opts)
+	c, err := build(ctx, conn, opts)
 	if err != nil {
 		_ = conn.Close()
-		return nil, err
+		return none, err
 	}
 	if opts.Metrics != nil {
-		opts.Metrics.SetDriverName(c.name)
+		opts.Metrics.SetDriverName(name(c))
 	}
 	return c, nil
 }
@@ -65,16 +72,13 @@ func Connect(ctx context.Context, opts ConnectOptions) (*GRPC, error) {
 func newGRPC(ctx context.Context, conn *grpc.ClientConn, opts ConnectOptions) (*GRPC, error) {
 	logged := &loggedConn{ClientConnInterface: conn, timeout: opts.Timeout}
 	c := &GRPC{conn: conn, controller: csi.NewControllerClient(logged), group: csi.NewGroupControllerClient(logged)}
-	if err := rpc.ProbeForever(ctx, conn, opts.Timeout); err != nil {
-		return nil, fmt.Errorf("CSI driver at %s is not ready: %w", opts.Address, err)
-	}
-	callCtx, cancel := context.WithTimeout(ctx, opts.Timeout)
-	defer cancel()
-	name, err := rpc.GetDriverName(callCtx, conn)
+	name, err := probeName(ctx, conn, opts)
 	if err != nil {
-		return nil, fmt.Errorf("read the CSI driver's name (GetPluginInfo): %w", err)
+		return nil, err
 	}
 	c.name = name
+	callCtx, cancel := context.WithTimeout(ctx, opts.Timeout)
+	defer cancel()
 	if c.caps, err = capabilities(callCtx, conn); err != nil {
 		return nil, fmt.Errorf("CSI driver %s: %w", name, err)
 	}
@@ -83,6 +87,20 @@ func newGRPC(ctx context.Context, conn *grpc.ClientConn, opts ConnectOptions) (*
 	}
 	klog.FromContext(ctx).Info("Connected to CSI driver", "driver", name, "capabilities", c.caps)
 	return c, nil
+}
+
+// probeName waits until the driver is ready and reads its name.
+func probeName(ctx context.Context, conn *grpc.ClientConn, opts ConnectOptions) (string, error) {
+	if err := rpc.ProbeForever(ctx, conn, opts.Timeout); err != nil {
+		return "", fmt.Errorf("CSI driver at %s is not ready: %w", opts.Address, err)
+	}
+	callCtx, cancel := context.WithTimeout(ctx, opts.Timeout)
+	defer cancel()
+	name, err := rpc.GetDriverName(callCtx, conn)
+	if err != nil {
+		return "", fmt.Errorf("read the CSI driver's name (GetPluginInfo): %w", err)
+	}
+	return name, nil
 }
 
 // capabilities reads the controller capabilities and, when the driver offers the group

@@ -21,13 +21,13 @@ func describe(ctx context.Context, s *store, opts Options, namespace, kind, name
 		return err
 	}
 	if err := s.addEvents(ctx, d.Tree); err != nil {
-		fmt.Fprintf(opts.Err, "warning: events not shown: %v\n", err)
+		fmt.Fprintf(opts.Err, "warning: events not shown: %s\n", text(err.Error()))
 	}
 	if opts.Output == OutputJSON || opts.Output == OutputYAML {
 		return writeStructured(opts.Out, opts.Output, d)
 	}
 	printTree(opts.Out, d.Tree, "", "")
-	_, err = fmt.Fprintf(opts.Out, "Why: %s\n", d.Reason)
+	_, err = fmt.Fprintf(opts.Out, "Why: %s\n", text(d.Reason))
 	return err
 }
 

@@ -178,8 +178,14 @@ func sidecarDown(driver string, h holder) (string, bool) {
 	case h.Err != nil:
 		return "", false
 	case h.Lease == "":
-		return fmt.Sprintf("no sidecar for %s holds a Lease (%s; a sidecar without leader election holds none)",
-			driver, strings.Join(protocol.SidecarLeaseNames(driver), " or ")), true
+		msg := fmt.Sprintf("no sidecar for %s holds a Lease (%s; a sidecar without leader election holds none)",
+			driver, strings.Join(protocol.SidecarLeaseNames(driver), " or "))
+		if len(h.Ignored) > 0 {
+			msg += fmt.Sprintf("; not counted: %s, in a namespace where no csi-snapshotter can run", strings.Join(h.Ignored, ", "))
+		}
+		return msg, true
+	case h.Future:
+		return fmt.Sprintf("no sidecar for %s holds a live Lease: %s claims a renewal in the future", driver, h.Lease), true
 	case !h.Live:
 		return fmt.Sprintf("no sidecar for %s has renewed its lease for %s", driver, human(h.SinceRenewal)), true
 	}
@@ -199,6 +205,8 @@ func controllerState(h holder) string {
 		return " (its liveness is unknown: " + h.Err.Error() + ")"
 	case h.Lease == "":
 		return fmt.Sprintf(" (no Lease %s: is a snapshot-controller installed? one without leader election holds none)", protocol.ControllerLeaseName)
+	case h.Future:
+		return fmt.Sprintf(": no snapshot-controller holds a live Lease (%s claims a renewal in the future)", h.Lease)
 	case !h.Live:
 		return fmt.Sprintf(": no snapshot-controller has renewed its lease for %s", human(h.SinceRenewal))
 	}

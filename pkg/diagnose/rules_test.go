@@ -60,6 +60,10 @@ func TestExplain(t *testing.T) {
 		})}, RuleBackendError, "backend error: disk full"},
 		{"dead sidecar", &chain{vs: vs(), content: content(), sidecar: dead}, RuleNoSidecar, "has renewed its lease for 7m"},
 		{"no Lease at all", &chain{vs: vs(), content: content()}, RuleNoSidecar, "holds a Lease (shutter-snapshotter-d or external-snapshotter-leader-d"},
+		{"only a tenant's Lease", &chain{vs: vs(), content: content(), sidecar: holder{Ignored: []string{"tenant/shutter-snapshotter-d"}}},
+			RuleNoSidecar, "not counted: tenant/shutter-snapshotter-d, in a namespace where no csi-snapshotter can run"},
+		{"renewed in the future", &chain{vs: vs(), content: content(), sidecar: holder{Lease: "kube-system/shutter-snapshotter-d",
+			LeaseState: protocol.LeaseState{Holder: "p", Future: true}}}, RuleNoSidecar, "kube-system/shutter-snapshotter-d claims a renewal in the future"},
 		{"unknown liveness is not called dead", &chain{vs: vs(), content: content(), sidecar: holder{Err: context.Canceled}},
 			RuleSidecarWorking, "its liveness is unknown"},
 		{"creating", &chain{vs: vs(), content: content(func(c *snapshotv1.VolumeSnapshotContent) {

@@ -51,6 +51,9 @@ type Options struct {
 	SortBy string
 	// ChunkSize is the page size of lists; 0 reads them whole.
 	ChunkSize int64
+	// LeaseNamespaces are namespaces whose Leases count besides kube-system and those whose
+	// ServiceAccounts may write VolumeSnapshotContents (kube.LeaseNamespaces).
+	LeaseNamespaces []string
 	// Args are the command and its arguments: describe KIND NAME, or stuck.
 	Args []string
 	// Out receives the result, Err the notes.
@@ -69,6 +72,7 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 	fs.DurationVar(&o.For, "for", 5*time.Minute, "stuck: how long an object must have been not ready, or not deleted.")
 	fs.StringVar(&o.SortBy, "sort-by", "age", "stuck: order by age (oldest first), name, namespace, kind or reason.")
 	fs.Int64Var(&o.ChunkSize, "chunk-size", defaultChunkSize, "Read large lists in chunks of this many objects rather than all at once, as kubectl does; 0 reads them whole.")
+	fs.StringSliceVar(&o.LeaseNamespaces, "lease-namespaces", nil, "Namespaces whose Leases tell that the snapshot-controller or a csi-snapshotter runs, besides kube-system and the namespaces whose ServiceAccounts a ClusterRoleBinding lets write VolumeSnapshotContents.")
 }
 
 // defaultChunkSize is --chunk-size's default, kubectl's.
@@ -82,12 +86,15 @@ Usage:
   kubectl shutter describe content NAME [-o json|yaml]
   kubectl shutter describe group NAME [-n NAMESPACE] [-o json|yaml]
   kubectl shutter stuck [-A | -n NAMESPACE] [--for 5m] [--sort-by age|name|namespace|kind|reason] [-o json|yaml|wide]
+  kubectl shutter changed-blocks NAMESPACE/SNAPSHOT [--base SNAPSHOT] [-o json] [--verify TARGET --source FILE]
 
 describe prints the chain claim -> volume -> snapshot -> content -> class -> driver -> backend
 snapshot with each object's state, finalizers (who removes each, and what it waits for), protocol
 annotations and last events, and one line "Why: <reason>".
 stuck lists every snapshot, content and group snapshot that has been not ready, or not deleted,
 for longer than --for, with the same reason.
+changed-blocks lists a snapshot's allocated or changed block ranges through the driver's
+snapshot-metadata service (kubectl shutter changed-blocks --help).
 
 Exit codes: 0 the command ran (stuck objects found are no error), 1 an error (bad usage, object
 not found, API error).
@@ -160,7 +167,7 @@ func connect(opts Options) (*store, string, error) {
 	if err != nil {
 		return nil, "", err
 	}
-	return newStore(kube, snap, opts.Now(), opts.ChunkSize), namespace, nil
+	return newStore(kube, snap, opts.Now(), opts.ChunkSize, opts.LeaseNamespaces), namespace, nil
 }
 
 // writeStructured writes v as JSON or YAML.

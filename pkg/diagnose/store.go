@@ -10,11 +10,13 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/apimachinery/pkg/util/sets"
 	"k8s.io/client-go/kubernetes"
 
 	groupv1 "github.com/shutter-csi/shutter/client/apis/volumegroupsnapshot/v1"
 	snapshotv1 "github.com/shutter-csi/shutter/client/apis/volumesnapshot/v1"
 	clientset "github.com/shutter-csi/shutter/client/clientset/versioned"
+	"github.com/shutter-csi/shutter/pkg/kube"
 	"github.com/shutter-csi/shutter/pkg/protocol"
 )
 
@@ -96,10 +98,15 @@ type store struct {
 	leases     map[string][]*coordinationv1.Lease // by name
 	leasesErr  error
 	leasesRead bool
+	// leaseNamespaces are --lease-namespaces; trusted the namespaces whose Leases count
+	// (kube.LeaseNamespaces), trustErr why the RBAC-derived ones are unknown.
+	leaseNamespaces []string
+	trusted         sets.Set[string]
+	trustErr        error
 }
 
-func newStore(kube kubernetes.Interface, snap clientset.Interface, now time.Time, chunk int64) *store {
-	s := &store{kube: kube, snap: snap, now: now}
+func newStore(kube kubernetes.Interface, snap clientset.Interface, now time.Time, chunk int64, leaseNamespaces []string) *store {
+	s := &store{kube: kube, snap: snap, now: now, leaseNamespaces: leaseNamespaces}
 	v1, g1, core := snap.SnapshotV1(), snap.GroupsnapshotV1(), kube.CoreV1()
 	s.snapshots = objectsOf(chunk, v1.VolumeSnapshots, func(l *snapshotv1.VolumeSnapshotList) []snapshotv1.VolumeSnapshot { return l.Items })
 	s.contents = objectsOf(chunk, clusterScoped(v1.VolumeSnapshotContents),
@@ -159,10 +166,12 @@ func clusterScoped[C any](client func() C) func(string) C {
 }
 
 // leaseIn returns the Leases named name in any namespace. Leases are listed once, outside
-// kube-node-lease (which holds one per node and nothing of interest here).
+// kube-node-lease (which holds one per node and nothing of interest here), and so are the
+// namespaces where they count.
 func (s *store) leaseIn(ctx context.Context, name string) ([]*coordinationv1.Lease, error) {
 	if !s.leasesRead {
 		s.leasesRead = true
+		s.trusted, s.trustErr = kube.LeaseNamespaces(ctx, s.kube.RbacV1(), s.leaseNamespaces)
 		s.leases = map[string][]*coordinationv1.Lease{}
 		list, err := s.kube.CoordinationV1().Leases(allNamespaces).List(ctx, metav1.ListOptions{
 			FieldSelector: fields.OneTermNotEqualSelector("metadata.namespace", corev1.NamespaceNodeLease).String(),
@@ -186,9 +195,15 @@ type holder struct {
 	protocol.LeaseState
 	// Err is set when the Leases could not be read.
 	Err error
+	// Ignored are the "namespace/name" of Leases of the right name in namespaces where the
+	// component cannot run (kube.LeaseNamespaces), which do not count; TrustErr tells why those
+	// namespaces may be incomplete.
+	Ignored  []string
+	TrustErr error
 }
 
-// freshest returns the state of the most recently renewed of the Leases named names.
+// freshest returns the state of the most recently renewed of the Leases named names, among
+// those in namespaces where the component can run.
 func (s *store) freshest(ctx context.Context, names ...string) holder {
 	var best holder
 	for _, name := range names {
@@ -197,12 +212,17 @@ func (s *store) freshest(ctx context.Context, names ...string) holder {
 			return holder{Err: err}
 		}
 		for _, l := range leases {
+			if !s.trusted.Has(l.Namespace) {
+				best.Ignored = append(best.Ignored, l.Namespace+"/"+l.Name)
+				continue
+			}
 			st := protocol.ReadLease(l, s.now)
 			if best.Lease == "" || st.Live && !best.Live || st.Live == best.Live && st.SinceRenewal < best.SinceRenewal {
-				best = holder{Lease: l.Namespace + "/" + l.Name, LeaseState: st}
+				best.Lease, best.LeaseState = l.Namespace+"/"+l.Name, st
 			}
 		}
 	}
+	best.TrustErr = s.trustErr
 	return best
 }
 

@@ -3,6 +3,7 @@ package diagnose
 import (
 	"context"
 	"fmt"
+	"io"
 	"slices"
 	"strings"
 	"sync"
@@ -54,8 +55,12 @@ func stuck(ctx context.Context, s *store, opts Options, namespace string) error 
 		fmt.Fprintf(opts.Err, "No snapshot, content or group snapshot %s has been stuck for %s.\n", where, opts.For)
 		return nil
 	}
-	w := tabwriter.NewWriter(opts.Out, 0, 4, 2, ' ', 0)
-	wide := opts.Output == OutputWide
+	return printStuck(opts.Out, items, opts.Output == OutputWide)
+}
+
+// printStuck writes items as a table, every text of the objects through text.
+func printStuck(out io.Writer, items []Item, wide bool) error {
+	w := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
 	if wide {
 		fmt.Fprintln(w, "KIND\tNAMESPACE\tNAME\tPHASE\tAGE\tDRIVER\tRULE\tREASON")
 	} else {
@@ -63,9 +68,10 @@ func stuck(ctx context.Context, s *store, opts Options, namespace string) error 
 	}
 	for _, it := range items {
 		if wide {
-			fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", it.Kind, it.Namespace, it.Name, it.Phase, it.Age, orNone(it.Driver), it.Rule, it.Reason)
+			fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", it.Kind, text(it.Namespace), text(it.Name), text(it.Phase), it.Age,
+				text(orNone(it.Driver)), it.Rule, text(it.Reason))
 		} else {
-			fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\n", it.Kind, it.Namespace, it.Name, it.Age, it.Reason)
+			fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\n", it.Kind, text(it.Namespace), text(it.Name), it.Age, text(it.Reason))
 		}
 	}
 	return w.Flush()

@@ -197,7 +197,7 @@ func driverNode(driver string, h holder) *Node {
 		return n
 	}
 	leaseStates{lease: "sidecar Lease", missing: "NoSidecar", dead: "NoSidecar", live: "SidecarLive",
-		missingDetail: "no sidecar Lease " + strings.Join(protocol.SidecarLeaseNames(driver), " or ") + " in any namespace"}.set(n, h)
+		missingDetail: "no sidecar Lease " + strings.Join(protocol.SidecarLeaseNames(driver), " or ") + " in a namespace where a csi-snapshotter can run"}.set(n, h)
 	return n
 }
 
@@ -223,12 +223,22 @@ func (st leaseStates) set(n *Node, h holder) {
 		n.State, n.Details = "Unknown", []string{h.Err.Error()}
 	case h.Lease == "":
 		n.State, n.Details = st.missing, []string{st.missingDetail}
+	case h.Future:
+		n.State = st.dead
+		n.Details = []string{fmt.Sprintf("%s %s held by %s claims a renewal in the future, which no running component makes: not counted", st.lease, h.Lease, orNone(h.Holder))}
 	case !h.Live:
 		n.State = st.dead
 		n.Details = []string{fmt.Sprintf("%s %s last held by %s, not renewed for %s", st.lease, h.Lease, orNone(h.Holder), human(h.SinceRenewal))}
 	default:
 		n.State = st.live
 		n.Details = []string{fmt.Sprintf("%s %s held by %s, renewed %s ago", st.lease, h.Lease, h.Holder, human(h.SinceRenewal))}
+	}
+	if len(h.Ignored) > 0 {
+		n.Details = append(n.Details, fmt.Sprintf("not counted: Lease %s, in a namespace where the component cannot run (--lease-namespaces adds one)",
+			strings.Join(h.Ignored, ", ")))
+	}
+	if h.TrustErr != nil && (h.Lease == "" || len(h.Ignored) > 0) {
+		n.Details = append(n.Details, "only the Leases of kube-system and --lease-namespaces count: "+h.TrustErr.Error())
 	}
 }
 
@@ -274,28 +284,29 @@ func (g *groupChain) tree() *Node {
 	return root
 }
 
-// printTree writes n and its children as an indented tree.
+// printTree writes n and its children as an indented tree, every text of the objects through
+// text.
 func printTree(w io.Writer, n *Node, prefix, childPrefix string) {
 	name := n.Name
 	if n.Namespace != "" {
 		name = n.Namespace + "/" + n.Name
 	}
-	fmt.Fprintf(w, "%s%s %s [%s]\n", prefix, n.Kind, name, n.State)
+	fmt.Fprintf(w, "%s%s %s [%s]\n", prefix, text(n.Kind), text(name), text(n.State))
 	attr := childPrefix + "│  "
 	if len(n.Children) == 0 {
 		attr = childPrefix + "   "
 	}
 	for _, d := range n.Details {
-		fmt.Fprintf(w, "%s%s\n", attr, d)
+		fmt.Fprintf(w, "%s%s\n", attr, text(d))
 	}
 	for _, f := range n.Finalizers {
-		fmt.Fprintf(w, "%sfinalizer %s: removed by %s once %s\n", attr, f.Name, f.Owner, f.WaitsFor)
+		fmt.Fprintf(w, "%sfinalizer %s: removed by %s once %s\n", attr, text(f.Name), text(f.Owner), text(f.WaitsFor))
 	}
 	for _, a := range n.Annotations {
-		fmt.Fprintf(w, "%s%s=%s: %s\n", attr, a.Key, a.Value, a.Meaning)
+		fmt.Fprintf(w, "%s%s=%s: %s\n", attr, text(a.Key), text(a.Value), text(a.Meaning))
 	}
 	for _, e := range n.Events {
-		fmt.Fprintf(w, "%sevent %s\n", attr, e)
+		fmt.Fprintf(w, "%sevent %s\n", attr, text(e))
 	}
 	for i, child := range n.Children {
 		if i == len(n.Children)-1 {

@@ -6,6 +6,7 @@ import (
 	"sort"
 	"strings"
 	"time"
+	"unicode"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -60,4 +61,31 @@ func (s *store) formatEvent(e corev1.Event) string {
 	}
 	return fmt.Sprintf("%s ago %s %s: %s%s from %s", human(max(s.now.Sub(eventTime(e)), 0)), e.Type, e.Reason,
 		strings.TrimSpace(e.Message), count, orNone(from))
+}
+
+// text is s made safe for a terminal: control characters (C0, DEL, C1: escape sequences that
+// would move the cursor, clear lines or set the clipboard) and bidirectional overrides become
+// visible escapes (\x1b, \u202e), and a line break cannot start a line of its own. Names,
+// annotation values and messages come from whoever wrote the objects; text output passes them
+// all through text, JSON and YAML keep them exact.
+func text(s string) string {
+	if !strings.ContainsFunc(s, unsafeRune) {
+		return s
+	}
+	var b strings.Builder
+	for _, r := range s {
+		switch {
+		case !unsafeRune(r):
+			b.WriteRune(r)
+		case r <= 0xff:
+			fmt.Fprintf(&b, "\\x%02x", r)
+		default:
+			fmt.Fprintf(&b, "\\u%04x", r)
+		}
+	}
+	return b.String()
+}
+
+func unsafeRune(r rune) bool {
+	return unicode.IsControl(r) || unicode.Is(unicode.Bidi_Control, r) || r == unicode.ReplacementChar
 }

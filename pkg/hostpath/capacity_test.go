@@ -41,3 +41,35 @@ func TestSnapshotsCountAgainstCapacity(t *testing.T) {
 	}
 	e.createSnapshot(t, "second", full)
 }
+
+// TestSmallImageVolumesCountTheirImage: a filesystem volume under 16 MiB
+// gets an image of 16 MiB, and that is what it takes of --capacity (what
+// GetCapacity reports free and what CreateVolume checks); a snapshot of it
+// takes what its data takes when that is more than the volume's size.
+func TestSmallImageVolumesCountTheirImage(t *testing.T) {
+	e := newImageEnv(t, func(o *Options) { o.Capacity = 40 * mib })
+	free := func() int64 {
+		resp, err := e.ctrl.GetCapacity(context.Background(), &csi.GetCapacityRequest{})
+		mustDo(t, err)
+		return resp.GetAvailableCapacity()
+	}
+	small := e.createVolume(t, "small", 1*mib, mountCap()).GetVolumeId()
+	if got := free(); got != 24*mib {
+		t.Errorf("free capacity %d after a 1 MiB image volume, want %d (its image takes 16 MiB)", got, 24*mib)
+	}
+	second := e.createVolume(t, "second", 1*mib, mountCap()).GetVolumeId()
+	_, err := e.ctrl.CreateVolume(context.Background(), &csi.CreateVolumeRequest{
+		Name: "third", CapacityRange: &csi.CapacityRange{RequiredBytes: 1 * mib}, VolumeCapabilities: []*csi.VolumeCapability{mountCap()},
+	})
+	wantCode(t, err, codes.ResourceExhausted)
+	e.deleteVolume(t, second)
+	// The image offers more than the volume's 1 MiB.
+	mustDo(t, os.WriteFile(filepath.Join(e.d.volumePath(small), "data"), randomBytes(t, int(6*mib)), 0o644))
+	snap := e.createSnapshot(t, "snap", small).GetSnapshotId()
+	if got := free(); got != 18*mib {
+		t.Errorf("free capacity %d after a snapshot of 6 MiB of data, want %d", got, 18*mib)
+	}
+	_, err = e.ctrl.DeleteSnapshot(context.Background(), &csi.DeleteSnapshotRequest{SnapshotId: snap})
+	mustDo(t, err)
+	e.deleteVolume(t, small)
+}

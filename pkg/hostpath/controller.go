@@ -103,17 +103,17 @@ func (s *controllerServer) CreateVolume(ctx context.Context, req *csi.CreateVolu
 	if err != nil {
 		return nil, err
 	}
-	unreserve, err := s.d.reserve(volumeKey(spec.id), spec.size, "")
-	if err != nil {
-		return nil, err
-	}
-	defer unreserve()
 	v := state.Volume{
 		ID: spec.id, Name: spec.name, CapacityBytes: spec.size, AccessType: spec.accessType,
 		Topology: s.d.topology(), SourceSnapshotID: spec.sourceSnap, SourceVolumeID: spec.sourceVol,
 		Parameters: req.GetParameters(), MutableParameters: req.GetMutableParameters(),
 		SingleWriter: spec.singleWriter, CreatedAt: s.d.now().UTC(), Image: s.d.imageBacked(spec.accessType),
 	}
+	unreserve, err := s.d.reserve(volumeKey(spec.id), storedBytes(v), "")
+	if err != nil {
+		return nil, err
+	}
+	defer unreserve()
 	// An empty snapshot has no data to copy, so a volume restored from it
 	// is flushed at once, like a new one, and needs no pending marker. An
 	// image is filled and flushed before it is mounted in place.
@@ -502,7 +502,9 @@ func (s *controllerServer) ControllerExpandVolume(ctx context.Context, req *csi.
 			return nil, err
 		}
 	}
-	unreserve, err := s.d.reserve(volumeKey(id), size, id)
+	grown := v
+	grown.CapacityBytes = size
+	unreserve, err := s.d.reserve(volumeKey(id), storedBytes(grown), id)
 	if err != nil {
 		return nil, err
 	}
@@ -525,6 +527,10 @@ func (d *Driver) growVolume(v state.Volume, size int64) error {
 	switch {
 	case v.AccessType == state.AccessBlock:
 		err = resizeFile(d.volumePath(v.ID), size, d.opts.Sync)
+		if err == nil && len(v.Published) > 0 {
+			// Its loop devices show the file's new size only when told.
+			err = d.mounter.ResizeLoops(d.volumePath(v.ID))
+		}
 	case v.Image:
 		err = d.growImageVolume(v, size)
 	}

@@ -61,6 +61,7 @@ import (
 
 	"github.com/shutter-csi/shutter/internal/syncset"
 	"github.com/shutter-csi/shutter/pkg/hostpath/fscopy"
+	"github.com/shutter-csi/shutter/pkg/hostpath/mounter"
 	"github.com/shutter-csi/shutter/pkg/hostpath/quiesce"
 	"github.com/shutter-csi/shutter/pkg/hostpath/registration"
 	"github.com/shutter-csi/shutter/pkg/hostpath/state"
@@ -92,6 +93,9 @@ type Driver struct {
 	// calls counts CSI calls whose handlers still run; Close waits for them
 	// (after a forced stop, gRPC no longer does).
 	calls sync.WaitGroup
+	// closeWaits, when set (by tests), is called as Close starts waiting
+	// for calls.
+	closeWaits func()
 	// now is the clock; tests may replace it.
 	now func() time.Time
 
@@ -103,6 +107,8 @@ type Driver struct {
 	// mountedImages are the IDs of the image volumes the driver has
 	// mounted at their paths (volimage.go).
 	mountedImages syncset.Set[string]
+	// mounter makes the node service's mounts and loop devices.
+	mounter mounter.Interface
 }
 
 // Run starts the driver with opts and serves until ctx is cancelled.
@@ -203,6 +209,10 @@ func New(ctx context.Context, opts Options) (*Driver, error) {
 		now:      time.Now,
 		reserved: map[string]int64{},
 		quiesce:  quiescer,
+		mounter:  opts.Mounter,
+	}
+	if d.mounter == nil {
+		d.mounter = kernelMounter{}
 	}
 	// First of all, whatever fails later: pods a killed driver left
 	// frozen must run again.
@@ -223,7 +233,7 @@ func New(ctx context.Context, opts Options) (*Driver, error) {
 		}
 	}
 	d.quarantine = &quarantine{
-		root: filepath.Join(opts.DataDir, quarantineDirName), sync: opts.Sync,
+		root: filepath.Join(opts.DataDir, quarantineDirName), sync: opts.Sync, maxAge: opts.QuarantineMaxAge,
 		now: func() time.Time { return d.now() }, logger: klog.FromContext(ctx),
 	}
 	var err error
@@ -246,6 +256,9 @@ func (d *Driver) open(ctx context.Context) error {
 	if err := d.recover(ctx); err != nil {
 		return fmt.Errorf("recover state: %w", err)
 	}
+	if err := d.quarantine.refresh(); err != nil {
+		return err
+	}
 	d.mountImages(klog.FromContext(ctx))
 	return nil
 }
@@ -257,6 +270,9 @@ func (d *Driver) open(ctx context.Context) error {
 // does. A killed driver needs no Close: the kernel releases the lock.
 func (d *Driver) Close() error {
 	var err error
+	if d.closeWaits != nil {
+		d.closeWaits()
+	}
 	d.calls.Wait()
 	if d.restores != nil {
 		d.restores.drain()
@@ -312,6 +328,11 @@ func (d *Driver) Serve(ctx context.Context, lis net.Listener) error {
 	}
 	errCh := make(chan error, 1)
 	go func() { errCh <- srv.Serve(lis) }()
+	if d.opts.QuarantineMaxAge > 0 {
+		pruneCtx, stopPruning := context.WithCancel(ctx)
+		defer stopPruning()
+		go d.quarantine.pruneEvery(pruneCtx, quarantinePrunePeriod(d.opts.QuarantineMaxAge))
+	}
 	logger.Info("Serving CSI", "endpoint", lis.Addr().String(), "driver", d.opts.DriverName, "node", d.opts.NodeID)
 	select {
 	case err := <-errCh:
@@ -330,6 +351,12 @@ func (d *Driver) Serve(ctx context.Context, lis net.Listener) error {
 	d.restores.drain()
 	logger.Info("Stopped serving CSI")
 	return nil
+}
+
+// quarantinePrunePeriod is how often quarantined data is checked against
+// maxAge: a tenth of it, between a minute and an hour.
+func quarantinePrunePeriod(maxAge time.Duration) time.Duration {
+	return min(max(maxAge/10, time.Minute), time.Hour)
 }
 
 func volumesDir(dataDir string) string   { return filepath.Join(dataDir, "volumes") }
@@ -401,6 +428,9 @@ func (d *Driver) recover(ctx context.Context) error {
 	}
 	cleanupHalted.Set(0)
 	if err := d.unmountStrays(logger); err != nil {
+		return err
+	}
+	if err := d.reconcileBlockLoops(); err != nil {
 		return err
 	}
 	if err := d.quarantineOrphans(logger, snapshotsDir(d.opts.DataDir), kindSnapshot, d.hasSnapshotData); err != nil {
@@ -487,7 +517,8 @@ func (d *Driver) reserve(key string, bytes int64, except string) (func(), error)
 	defer d.capMu.Unlock()
 	used := d.usedLocked(except)
 	if used+bytes > d.opts.Capacity {
-		return nil, status.Errorf(codes.ResourceExhausted, "%d bytes requested, %d of %d bytes free", bytes, d.opts.Capacity-used, d.opts.Capacity)
+		return nil, status.Errorf(codes.ResourceExhausted, "%d bytes requested, %d of %d bytes free (quarantined data takes %d)",
+			bytes, d.opts.Capacity-used, d.opts.Capacity, d.quarantine.bytes.Load())
 	}
 	d.reserved[key] = bytes
 	return func() {
@@ -504,27 +535,46 @@ func (d *Driver) freeCapacity() int64 {
 	return max(d.opts.Capacity-d.usedLocked(""), 0)
 }
 
-// usedLocked sums what counts against the capacity: every volume's size
-// but except's, every snapshot that holds data (as much as its volume's
-// size, the most it can hold; an empty one is a record only) and the
-// reservations, which stand in for the records of what is being made.
-// Called with capMu.
+// usedLocked sums what counts against the capacity: every volume's stored
+// size but except's, every snapshot that holds data (as much as its
+// volume's size, the most it can hold, or its data's when more; an empty
+// one is a record only), the quarantined data, and the reservations, which
+// stand in for the records of what is being made. Called with capMu.
 func (d *Driver) usedLocked(except string) int64 {
-	used := int64(0)
+	used := d.quarantine.bytes.Load()
 	for _, v := range d.volumes.List() {
 		if _, ok := d.reserved[volumeKey(v.ID)]; !ok && v.ID != except {
-			used += v.CapacityBytes
+			used += storedBytes(v)
 		}
 	}
 	for _, s := range d.snapshots.List() {
 		if _, ok := d.reserved[snapshotKey(s.ID)]; !ok && !s.Empty {
-			used += s.SizeBytes
+			used += snapshotBytes(s)
 		}
 	}
 	for _, r := range d.reserved {
 		used += r
 	}
 	return used
+}
+
+// storedBytes is how much of the capacity volume v takes: its size, or its
+// image's, which is larger for a volume under minImageSize.
+func storedBytes(v state.Volume) int64 {
+	if v.Image {
+		return imageSize(v.CapacityBytes)
+	}
+	return v.CapacityBytes
+}
+
+// snapshotBytes is how much of the capacity snapshot s takes: its volume's
+// size, or its data's when more (a small image volume's image holds more
+// than the volume's size).
+func snapshotBytes(s state.Snapshot) int64 {
+	if s.Manifest != nil {
+		return max(s.SizeBytes, s.Manifest.Bytes)
+	}
+	return s.SizeBytes
 }
 
 // topology is the node's topology segment, or nil without topology.

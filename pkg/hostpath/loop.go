@@ -15,7 +15,8 @@ import (
 )
 
 // Loop devices: an image file made a block device, so that the kernel can
-// mount the filesystem in it.
+// mount the filesystem in it, and a block volume's file made a device
+// node that a container runtime takes (mount.go's kernelMounter).
 //
 // Invariants:
 //   - An image is attached to at most one loop device. Two devices over
@@ -23,10 +24,14 @@ import (
 //     attaching, every bound loop device is asked for its backing file
 //     (device and inode); one found is used again. Callers hold the
 //     volume's lock, and start-up runs alone.
-//   - Devices are attached with autoclear: the kernel detaches one as soon
-//     as nothing holds it (no mount, no open descriptor). Unmounting a
-//     volume's last mount, or the death of the process between attaching
-//     and mounting, therefore frees the device; nothing is leaked.
+//   - Images' devices are attached with autoclear: the kernel detaches one
+//     as soon as nothing holds it (no mount, no open descriptor).
+//     Unmounting a volume's last mount, or the death of the process between
+//     attaching and mounting, therefore frees the device; nothing is leaked.
+//   - A block volume's file has at most one read-write and one read-only
+//     device, attached without autoclear (a bind of its node holds nothing
+//     open): the node service detaches them (node.go). Detaching one still
+//     open turns autoclear on instead; publishing again turns it off.
 
 // loopControl is the loop driver's control device; tests may point it
 // elsewhere.
@@ -49,7 +54,21 @@ type loopDevice struct {
 // a free one (with autoclear) when none is. The caller must mount or close
 // the device soon: see the invariants.
 func attachLoop(path string) (loopDevice, *os.File, error) {
-	img, err := os.OpenFile(path, os.O_RDWR|unix.O_CLOEXEC, 0)
+	return attachLoopWith(path, unix.LO_FLAGS_AUTOCLEAR)
+}
+
+// attachLoopWith returns, open, the loop device backed by the file at path
+// that is read-only as flags ask (unix.LO_FLAGS_READ_ONLY), attaching a
+// free one with flags when there is none. One found gets flags'
+// autoclear: a block volume's device that a detach left to go once
+// closed stays when it is published again.
+func attachLoopWith(path string, flags uint32) (loopDevice, *os.File, error) {
+	readOnly := flags&unix.LO_FLAGS_READ_ONLY != 0
+	mode := os.O_RDWR
+	if readOnly {
+		mode = os.O_RDONLY
+	}
+	img, err := os.OpenFile(path, mode|unix.O_CLOEXEC, 0)
 	if err != nil {
 		return loopDevice{}, nil, fmt.Errorf("open image: %w", err)
 	}
@@ -58,9 +77,40 @@ func attachLoop(path string) (loopDevice, *os.File, error) {
 	if err := unix.Fstat(int(img.Fd()), &st); err != nil {
 		return loopDevice{}, nil, fmt.Errorf("stat image: %w", err)
 	}
-	if dev, f, err := findLoop(st.Dev, st.Ino); err != nil || f != nil {
-		return dev, f, err
+	var found loopDevice
+	var foundFile *os.File
+	err = eachLoop(st.Dev, st.Ino, func(dev loopDevice, f *os.File, info *unix.LoopInfo64) error {
+		if foundFile != nil || (info.Flags&unix.LO_FLAGS_READ_ONLY != 0) != readOnly {
+			return nil
+		}
+		if err := keepAutoclear(f, info, flags); err != nil {
+			return err
+		}
+		found, foundFile = dev, f
+		return errKeepOpen
+	})
+	if err != nil || foundFile != nil {
+		return found, foundFile, err
 	}
+	return attachFree(img, path, flags)
+}
+
+// keepAutoclear gives the loop device f, described by info, the autoclear
+// flag of flags.
+func keepAutoclear(f *os.File, info *unix.LoopInfo64, flags uint32) error {
+	if info.Flags&unix.LO_FLAGS_AUTOCLEAR == flags&unix.LO_FLAGS_AUTOCLEAR {
+		return nil
+	}
+	info.Flags = info.Flags&^unix.LO_FLAGS_AUTOCLEAR | flags&unix.LO_FLAGS_AUTOCLEAR
+	if err := unix.IoctlLoopSetStatus64(int(f.Fd()), info); err != nil {
+		return fmt.Errorf("set loop device flags: %w", err)
+	}
+	return nil
+}
+
+// attachFree attaches a free loop device to img (the file at path) with
+// flags and returns it, open.
+func attachFree(img *os.File, path string, flags uint32) (loopDevice, *os.File, error) {
 	ctl, err := os.OpenFile(loopControl, os.O_RDWR|unix.O_CLOEXEC, 0)
 	if err != nil {
 		return loopDevice{}, nil, fmt.Errorf("open %s: %w", loopControl, err)
@@ -76,7 +126,7 @@ func attachLoop(path string) (loopDevice, *os.File, error) {
 			return loopDevice{}, nil, err
 		}
 		cfg := unix.LoopConfig{Fd: uint32(img.Fd())}
-		cfg.Info.Flags = unix.LO_FLAGS_AUTOCLEAR
+		cfg.Info.Flags = flags
 		copy(cfg.Info.File_name[:len(cfg.Info.File_name)-1], filepath.Base(path))
 		err = unix.IoctlLoopConfigure(int(f.Fd()), &cfg)
 		if err == nil {
@@ -90,12 +140,17 @@ func attachLoop(path string) (loopDevice, *os.File, error) {
 	return loopDevice{}, nil, fmt.Errorf("attach image: no free loop device after %d tries", loopAttachTries)
 }
 
-// findLoop returns, open, the bound loop device whose backing file is the
-// inode ino on device dev, or no file when there is none.
-func findLoop(dev, ino uint64) (loopDevice, *os.File, error) {
+// errKeepOpen, returned by eachLoop's fn, stops the walk and leaves the
+// device's file open for fn's caller.
+var errKeepOpen = errors.New("keep the loop device open")
+
+// eachLoop calls fn with every bound loop device whose backing file is the
+// inode ino on device dev, open, and its status, and closes it afterwards
+// unless fn returns errKeepOpen.
+func eachLoop(dev, ino uint64, fn func(loopDevice, *os.File, *unix.LoopInfo64) error) error {
 	entries, err := os.ReadDir("/sys/block")
 	if err != nil {
-		return loopDevice{}, nil, fmt.Errorf("list block devices: %w", err)
+		return fmt.Errorf("list block devices: %w", err)
 	}
 	for _, e := range entries {
 		n, ok := loopNumber(e.Name())
@@ -106,16 +161,52 @@ func findLoop(dev, ino uint64) (loopDevice, *os.File, error) {
 			continue // not bound
 		}
 		ld, f, err := openLoop(n)
+		if errors.Is(err, fs.ErrPermission) {
+			continue // not one this process attached
+		}
 		if err != nil {
-			return loopDevice{}, nil, err
+			return err
 		}
 		info, err := unix.IoctlLoopGetStatus64(int(f.Fd()))
-		if err == nil && info.Device == dev && info.Inode == ino {
-			return ld, f, nil
+		if err != nil || info.Device != dev || info.Inode != ino {
+			_ = f.Close()
+			continue
+		}
+		err = fn(ld, f, info)
+		if errors.Is(err, errKeepOpen) {
+			return nil
 		}
 		_ = f.Close()
+		if err != nil {
+			return err
+		}
 	}
-	return loopDevice{}, nil, nil
+	return nil
+}
+
+// eachLoopOf calls fn with every loop device backed by the file at path; a
+// file that is gone has none.
+func eachLoopOf(path string, fn func(*os.File, *unix.LoopInfo64) error) error {
+	var st unix.Stat_t
+	if err := unix.Stat(path, &st); err != nil {
+		if errors.Is(err, unix.ENOENT) {
+			return nil
+		}
+		return fmt.Errorf("stat %s: %w", filepath.Base(path), err)
+	}
+	return eachLoop(st.Dev, st.Ino, func(_ loopDevice, f *os.File, info *unix.LoopInfo64) error { return fn(f, info) })
+}
+
+// findLoop returns, open, the bound loop device whose backing file is the
+// inode ino on device dev, or no file when there is none.
+func findLoop(dev, ino uint64) (loopDevice, *os.File, error) {
+	var found loopDevice
+	var foundFile *os.File
+	err := eachLoop(dev, ino, func(ld loopDevice, f *os.File, _ *unix.LoopInfo64) error {
+		found, foundFile = ld, f
+		return errKeepOpen
+	})
+	return found, foundFile, err
 }
 
 // loopNumber parses "loop<N>".

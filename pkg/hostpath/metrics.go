@@ -24,6 +24,8 @@ var (
 	quarantined = metrics.NewCounterVec(metrics.HostpathQuarantined,
 		"Volume and snapshot folders or files, and damaged record logs, moved to quarantine because no record accounts for them.",
 		metrics.LabelKind)
+	quarantineBytes = metrics.NewGauge(metrics.HostpathQuarantineBytes,
+		"Bytes of disk the quarantine folder's data takes; they count against --capacity.")
 	cleanupHalted = metrics.NewGauge(metrics.HostpathCleanupHalted,
 		"1 when the last start left the data folders alone because the record log is new or damaged in its middle.")
 )
@@ -32,7 +34,7 @@ var (
 func metricsRegistry() *prometheus.Registry {
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
-		quarantined, cleanupHalted)
+		quarantined, quarantineBytes, cleanupHalted)
 	return reg
 }
 

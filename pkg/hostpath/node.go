@@ -5,6 +5,7 @@ package hostpath
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io/fs"
 	"maps"
 	"os"
@@ -21,9 +22,24 @@ import (
 )
 
 // nodeServer implements the CSI Node service. Filesystem volumes are bind
-// mounted at the target directory; block volumes bind the backing file onto
-// a target file. Publications are recorded in the volume's record so that
-// single-writer volumes can refuse a second target.
+// mounted at the target directory; a block volume's file is attached to a
+// loop device, whose node is bound onto the target file (a container
+// runtime takes device nodes only). Publications are recorded in the
+// volume's record so that single-writer volumes can refuse a second target.
+// The kernel work goes through Driver.mounter (mount.go, mounter.Interface).
+//
+// Invariants:
+//   - A recorded publication is only reported as done while its target is
+//     mounted: after a node's restart (or a mount lost otherwise) a
+//     publish mounts it again.
+//   - A mount at a target that no record accounts for was left by a
+//     publish cut short (never reported): the next publish or unpublish
+//     there removes it. A target recorded for another volume is refused.
+//   - A block volume has a read-write loop device while it has a
+//     read-write publication, and a read-only one while it has a read-only
+//     one; unpublish detaches what is no longer needed, start-up what no
+//     record needs (reconcileBlockLoops). A device still open (a
+//     container's) goes once it is closed.
 type nodeServer struct {
 	csi.UnimplementedNodeServer
 	d *Driver
@@ -86,12 +102,12 @@ func (s *nodeServer) NodeStageVolume(ctx context.Context, req *csi.NodeStageVolu
 		if err := os.MkdirAll(path, 0o750); err != nil {
 			return nil, status.Errorf(codes.Internal, "create staging path: %v", err)
 		}
-		if err := bindMount(s.d.volumePath(id), path, false); err != nil {
+		if err := s.d.mounter.Bind(s.d.volumePath(id), path, folderBindFlags); err != nil {
 			return nil, status.Errorf(codes.Internal, "stage volume: %v", err)
 		}
 	}
 	if err := s.d.volumes.Put(id, v); err != nil {
-		_ = unmountAll(path)
+		_ = s.d.mounter.Unmount(path)
 		return nil, storeErr("record staging", err)
 	}
 	klog.FromContext(ctx).V(2).Info("Staged volume", "volumeID", id, "path", path)
@@ -143,7 +159,7 @@ func (s *nodeServer) NodeUnstageVolume(ctx context.Context, req *csi.NodeUnstage
 	if v.Staged != filepath.Clean(path) && v.Staged != path {
 		return &csi.NodeUnstageVolumeResponse{}, nil
 	}
-	if err := unmountAll(path); err != nil {
+	if err := s.d.mounter.Unmount(path); err != nil {
 		return nil, status.Errorf(codes.Internal, "unstage volume: %v", err)
 	}
 	v.Staged = ""
@@ -156,7 +172,8 @@ func (s *nodeServer) NodeUnstageVolume(ctx context.Context, req *csi.NodeUnstage
 
 // NodePublishVolume makes a volume available at the target path, read-only
 // if asked. Publishing again at the same target with the same mode is
-// success; a single-writer volume refuses a second target.
+// success once the target is mounted; a single-writer volume refuses a
+// second target.
 func (s *nodeServer) NodePublishVolume(ctx context.Context, req *csi.NodePublishVolumeRequest) (*csi.NodePublishVolumeResponse, error) {
 	id, target := req.GetVolumeId(), req.GetTargetPath()
 	v, release, err := s.lockToMount(ctx, id, "target_path", target, req.GetVolumeCapability())
@@ -168,23 +185,36 @@ func (s *nodeServer) NodePublishVolume(ctx context.Context, req *csi.NodePublish
 	if err := checkPublish(v, req.GetVolumeCapability(), target, readOnly); err != nil {
 		return nil, err
 	}
-	if hasKey(v.Published, target) {
-		return &csi.NodePublishVolumeResponse{}, nil
+	recorded := hasKey(v.Published, target)
+	if recorded {
+		mounted, err := s.d.mounter.IsMountPoint(target)
+		if err != nil {
+			return nil, status.Errorf(codes.Internal, "check target: %v", err)
+		}
+		if mounted {
+			return &csi.NodePublishVolumeResponse{}, nil
+		}
+		klog.FromContext(ctx).Info("Publishing again: the target of a recorded publication is not mounted", "volumeID", id, "target", target)
+	} else {
+		v.Published = maps.Clone(v.Published)
+		if v.Published == nil {
+			v.Published = map[string]bool{}
+		}
+		v.Published[target] = readOnly
+		if err := checkVolumeRecord(v); err != nil {
+			return nil, err
+		}
 	}
-	v.Published = maps.Clone(v.Published)
-	if v.Published == nil {
-		v.Published = map[string]bool{}
-	}
-	v.Published[target] = readOnly
-	if err := checkVolumeRecord(v); err != nil {
+	if err := s.d.mountTarget(ctx, v, target, readOnly); err != nil {
 		return nil, err
 	}
-	if err := s.d.mountTarget(v, target, readOnly); err != nil {
-		return nil, err
-	}
-	if err := s.d.volumes.Put(id, v); err != nil {
-		_ = unmountAll(target)
-		return nil, storeErr("record publication", err)
+	if !recorded {
+		if err := s.d.volumes.Put(id, v); err != nil {
+			_ = s.d.mounter.Unmount(target)
+			delete(v.Published, target)
+			_ = s.d.releaseLoops(v)
+			return nil, storeErr("record publication", err)
+		}
 	}
 	klog.FromContext(ctx).V(2).Info("Published volume", "volumeID", id, "target", target, "readOnly", readOnly)
 	return &csi.NodePublishVolumeResponse{}, nil
@@ -213,8 +243,9 @@ func checkPublish(v state.Volume, c *csi.VolumeCapability, target string, readOn
 }
 
 // mountTarget creates the target (a directory, or a file for block volumes)
-// and bind mounts the volume's data onto it.
-func (d *Driver) mountTarget(v state.Volume, target string, readOnly bool) error {
+// and mounts the volume's data there: a bind of its folder, or of the node
+// of its loop device.
+func (d *Driver) mountTarget(ctx context.Context, v state.Volume, target string, readOnly bool) error {
 	if v.AccessType == state.AccessBlock {
 		if err := os.MkdirAll(filepath.Dir(target), 0o750); err != nil {
 			return status.Errorf(codes.Internal, "create target parent: %v", err)
@@ -230,11 +261,113 @@ func (d *Driver) mountTarget(v state.Volume, target string, readOnly bool) error
 	if err := d.volumeDataReady(v); err != nil {
 		return err
 	}
-	if mounted, err := isMountPoint(target); err != nil || mounted {
-		return status.Errorf(codes.FailedPrecondition, "target %s is already a mount point (%v)", target, err)
+	if err := d.clearStaleTarget(ctx, v.ID, target); err != nil {
+		return err
 	}
-	if err := bindMount(d.volumePath(v.ID), target, readOnly); err != nil {
+	source, flags := d.volumePath(v.ID), uintptr(folderBindFlags)
+	if v.AccessType == state.AccessBlock {
+		dev, err := d.mounter.AttachLoop(d.volumePath(v.ID), readOnly)
+		if err != nil {
+			return status.Errorf(codes.Internal, "attach a loop device: %v", err)
+		}
+		source, flags = dev, deviceBindFlags
+	}
+	if readOnly {
+		flags |= unix.MS_RDONLY
+	}
+	if err := d.mounter.Bind(source, target, flags); err != nil {
+		if v.AccessType == state.AccessBlock {
+			_ = d.releaseLoops(withoutPublication(v, target))
+		}
 		return status.Errorf(codes.Internal, "publish volume: %v", err)
+	}
+	return nil
+}
+
+// clearStaleTarget unmounts what is mounted at target when no volume's
+// record accounts for it: what a publish cut short left, never reported.
+// A target recorded for another volume is FailedPrecondition.
+func (d *Driver) clearStaleTarget(ctx context.Context, id, target string) error {
+	mounted, err := d.mounter.IsMountPoint(target)
+	if err != nil {
+		return status.Errorf(codes.Internal, "check target: %v", err)
+	}
+	if !mounted {
+		return nil
+	}
+	for _, o := range d.volumes.List() {
+		if o.ID != id && (hasKey(o.Published, target) || o.Staged == target) {
+			return status.Errorf(codes.FailedPrecondition, "target %s is where volume %s is published", target, o.ID)
+		}
+	}
+	klog.FromContext(ctx).Info("Unmounting what no record accounts for at a target", "volumeID", id, "target", target)
+	if err := d.mounter.Unmount(target); err != nil {
+		return status.Errorf(codes.Internal, "unmount what is left at the target: %v", err)
+	}
+	return nil
+}
+
+// withoutPublication returns v without its publication at target.
+func withoutPublication(v state.Volume, target string) state.Volume {
+	v.Published = maps.Clone(v.Published)
+	delete(v.Published, target)
+	return v
+}
+
+// releaseLoops detaches the loop devices of block volume v that its
+// publications no longer need: the read-write one without a read-write
+// publication, the read-only one without a read-only one.
+func (d *Driver) releaseLoops(v state.Volume) error {
+	if v.AccessType != state.AccessBlock {
+		return nil
+	}
+	need := map[bool]bool{}
+	for _, ro := range v.Published {
+		need[ro] = true
+	}
+	var errs []error
+	for _, ro := range []bool{false, true} {
+		if !need[ro] {
+			errs = append(errs, d.mounter.DetachLoop(d.volumePath(v.ID), ro))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// syncBlockDevices writes what published block volume v's loop devices
+// hold in their caches (a pod's writes not flushed yet) to its file, which
+// a snapshot or clone then copies: it has what was written before it.
+func (d *Driver) syncBlockDevices(v state.Volume) error {
+	if v.AccessType != state.AccessBlock || len(v.Published) == 0 {
+		return nil
+	}
+	if err := d.mounter.SyncLoops(d.volumePath(v.ID)); err != nil {
+		return status.Errorf(codes.Internal, "flush the devices of volume %s: %v", v.ID, err)
+	}
+	return nil
+}
+
+// reconcileBlockLoops detaches, at start, the loop devices of block
+// volumes' files that no recorded publication needs: what a crash left
+// between attaching and recording a publication, or between recording an
+// unpublication and detaching. A file without a record (it goes to
+// quarantine next) keeps none.
+func (d *Driver) reconcileBlockLoops() error {
+	entries, err := os.ReadDir(volumesDir(d.opts.DataDir))
+	if err != nil {
+		return fmt.Errorf("read data dir: %w", err)
+	}
+	for _, e := range entries {
+		if !e.Type().IsRegular() {
+			continue
+		}
+		v, ok := d.volumes.Get(e.Name())
+		if !ok {
+			v = state.Volume{ID: e.Name(), AccessType: state.AccessBlock}
+		}
+		if err := d.releaseLoops(v); err != nil {
+			return fmt.Errorf("detach the loop devices of %s: %w", e.Name(), err)
+		}
 	}
 	return nil
 }
@@ -249,14 +382,20 @@ func (s *nodeServer) NodeUnpublishVolume(ctx context.Context, req *csi.NodeUnpub
 	}
 	defer release()
 	if _, ok := v.Published[target]; ok {
-		if err := unmountAll(target); err != nil {
+		if err := s.d.mounter.Unmount(target); err != nil {
 			return nil, status.Errorf(codes.Internal, "unpublish volume: %v", err)
 		}
-		v.Published = maps.Clone(v.Published)
-		delete(v.Published, target)
+		v = withoutPublication(v, target)
 		if err := s.d.volumes.Put(id, v); err != nil {
 			return nil, storeErr("record unpublication", err)
 		}
+		// After the record: a crash before this leaves devices that
+		// start-up detaches.
+		if err := s.d.releaseLoops(v); err != nil {
+			return nil, status.Errorf(codes.Internal, "detach loop device: %v", err)
+		}
+	} else if err := s.d.clearStaleTarget(ctx, id, target); err != nil {
+		return nil, err
 	}
 	if err := os.Remove(target); err != nil && !errors.Is(err, fs.ErrNotExist) {
 		return nil, status.Errorf(codes.Internal, "remove target: %v", err)

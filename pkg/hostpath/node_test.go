@@ -10,6 +10,7 @@ import (
 	"testing"
 
 	"github.com/container-storage-interface/spec/lib/go/csi"
+	"golang.org/x/sys/unix"
 	"google.golang.org/grpc/codes"
 )
 
@@ -42,6 +43,11 @@ func TestNodePublishMountVolume(t *testing.T) {
 	if err := publish(ro, true); err != nil {
 		t.Fatal(err)
 	}
+	for target, want := range map[string]uintptr{rw: unix.MS_NOSUID | unix.MS_NODEV, ro: unix.MS_RDONLY | unix.MS_NOSUID | unix.MS_NODEV} {
+		if got, err := statfsFlags(target); err != nil || got&(unix.MS_RDONLY|unix.MS_NOSUID|unix.MS_NODEV) != want {
+			t.Errorf("flags of the mount at %s: %#x, %v; want %#x", target, got, err, want)
+		}
+	}
 	if err := os.WriteFile(filepath.Join(rw, "file"), []byte("data"), 0o644); err != nil {
 		t.Fatal(err)
 	}
@@ -68,33 +74,78 @@ func TestNodePublishMountVolume(t *testing.T) {
 	}
 }
 
+// TestNodePublishBlockVolume publishes a block volume as the kernel does
+// it: the target is the node of a loop device of the volume's file (a
+// container runtime refuses anything else), writes through it reach the
+// file, a read-only target refuses writes, and unpublishing detaches the
+// devices; one a crash left attached is detached at start.
 func TestNodePublishBlockVolume(t *testing.T) {
 	requireRoot(t)
+	if err := checkLoopSupport(); err != nil {
+		t.Skipf("loop devices cannot be used here: %v", err)
+	}
 	e := newTestEnv(t)
-	vol := e.createVolume(t, "blk", 4<<20, blockCap())
-	target := filepath.Join(e.dir, "dev", "blk")
-	_, err := e.node.NodePublishVolume(context.Background(), &csi.NodePublishVolumeRequest{
-		VolumeId: vol.GetVolumeId(), TargetPath: target, VolumeCapability: blockCap(),
-	})
-	if err != nil {
-		t.Fatal(err)
+	t.Cleanup(func() { checkNothingLeft(t, e.dir) })
+	id := e.createVolume(t, "blk", 4<<20, blockCap()).GetVolumeId()
+	rw, ro := filepath.Join(e.dir, "dev", "blk"), filepath.Join(e.dir, "dev", "blk-ro")
+	mustDo(t, e.publishAt(t, id, rw, blockCap(), false))
+	mustDo(t, e.publishAt(t, id, ro, blockCap(), true))
+	for _, target := range []string{rw, ro} {
+		var st unix.Stat_t
+		mustDo(t, unix.Stat(target, &st))
+		if st.Mode&unix.S_IFMT != unix.S_IFBLK || unix.Major(st.Rdev) != loopMajor {
+			t.Errorf("%s has mode %#o, device %d:%d; want a loop device's node", target, st.Mode, unix.Major(st.Rdev), unix.Minor(st.Rdev))
+		}
+		if flags, err := statfsFlags(target); err != nil || flags&unix.MS_NOSUID == 0 || flags&unix.MS_NODEV != 0 {
+			t.Errorf("flags of the mount at %s: %#x, %v; want nosuid and not nodev", target, flags, err)
+		}
 	}
-	f, err := os.OpenFile(target, os.O_WRONLY, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := f.WriteAt([]byte("block"), 1<<20); err != nil {
-		t.Fatal(err)
-	}
-	_ = f.Close()
+	f, err := os.OpenFile(rw, os.O_WRONLY, 0)
+	mustDo(t, err)
+	_, err = f.WriteAt([]byte("block"), 1<<20)
+	mustDo(t, err)
+	mustDo(t, f.Close())
 	got := make([]byte, 5)
-	src, _ := os.Open(e.d.volumePath(vol.GetVolumeId()))
+	src, err := os.Open(e.d.volumePath(id))
+	mustDo(t, err)
 	defer src.Close()
 	if _, err := src.ReadAt(got, 1<<20); err != nil || string(got) != "block" {
 		t.Fatalf("backing file = %q, %v", got, err)
 	}
-	if _, err := e.node.NodeUnpublishVolume(context.Background(), &csi.NodeUnpublishVolumeRequest{VolumeId: vol.GetVolumeId(), TargetPath: target}); err != nil {
-		t.Fatal(err)
+	// Written through the device and not flushed yet (a pod's writes in the
+	// device's cache): a snapshot has them.
+	dev, err := os.OpenFile(rw, os.O_WRONLY, 0)
+	mustDo(t, err)
+	_, err = dev.WriteAt([]byte("cached"), 2<<20)
+	mustDo(t, err)
+	snap := e.createSnapshot(t, "snap-cached", id)
+	mustDo(t, dev.Close())
+	got = make([]byte, 6)
+	copied, err := os.Open(e.d.snapshotPath(snap.GetSnapshotId()))
+	mustDo(t, err)
+	defer copied.Close()
+	if _, err := copied.ReadAt(got, 2<<20); err != nil || string(got) != "cached" {
+		t.Errorf("snapshot of a published block volume = %q, %v; want what was written to its device", got, err)
+	}
+	if f, err := os.OpenFile(ro, os.O_WRONLY, 0); err == nil {
+		_, err = f.WriteAt([]byte("x"), 0)
+		_ = f.Close()
+		if err == nil {
+			t.Error("a write through the read-only target succeeded")
+		}
+	}
+	e.unpublishAt(t, id, rw)
+	e.unpublishAt(t, id, ro)
+	if left := loopsBelow(t, e.dir); len(left) != 0 {
+		t.Errorf("loop devices after unpublishing: %v", left)
+	}
+	// A publish cut short by a crash after attaching.
+	e.stop()
+	_, err = kernelMounter{}.AttachLoop(e.d.volumePath(id), false)
+	mustDo(t, err)
+	e.start(t, e.d.opts)
+	if left := loopsBelow(t, e.dir); len(left) != 0 {
+		t.Errorf("loop devices after a restart: %v", left)
 	}
 }
 

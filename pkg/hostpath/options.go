@@ -7,6 +7,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/shutter-csi/shutter/pkg/hostpath/mounter"
 	"github.com/shutter-csi/shutter/pkg/version"
 )
 
@@ -43,6 +44,9 @@ type Options struct {
 	MaxVolumesPerNode int64
 	// EnableSnapshotMetadata serves the CSI SnapshotMetadata service.
 	EnableSnapshotMetadata bool
+	// SnapshotMetadataBlockType is how that service answers: VARIABLE_LENGTH (extents; the
+	// default when empty) or FIXED_LENGTH (blocks of MetadataBlockSize bytes).
+	SnapshotMetadataBlockType string
 	// MutableParameters lists the parameter keys ControllerModifyVolume and
 	// CreateVolume's mutable_parameters accept.
 	MutableParameters []string
@@ -87,6 +91,14 @@ type Options struct {
 	// served: a socket in kubelet's plugins_registry folder; "" is
 	// /registration/<DriverName>-reg.sock.
 	RegistrationSocket string
+	// QuarantineMaxAge, when positive, deletes quarantined data (data
+	// no record accounted for at a start, quarantine.go) once nothing was
+	// moved into its start's folder for that long. 0 keeps it until an
+	// operator deletes it.
+	QuarantineMaxAge time.Duration
+	// Mounter makes the node service's mounts and loop devices; nil is the
+	// kernel's. Tests give hostpathtest.FakeMounter.
+	Mounter mounter.Interface
 }
 
 // DefaultOptions returns the defaults the command line starts from.
@@ -143,8 +155,14 @@ func (o Options) Validate() error {
 	if o.MaxVolumesPerNode < 0 {
 		errs = append(errs, errors.New("--max-volumes-per-node must not be negative"))
 	}
+	if o.QuarantineMaxAge < 0 {
+		errs = append(errs, errors.New("--quarantine-max-age must not be negative"))
+	}
 	if o.GroupSnapshotQuiesceTimeout <= 0 {
 		errs = append(errs, errors.New("--group-snapshot-quiesce-timeout must be positive"))
+	}
+	if err := checkBlockType(o.SnapshotMetadataBlockType); err != nil {
+		errs = append(errs, err)
 	}
 	if o.VolumeBacking != BackingFolder && o.VolumeBacking != BackingImage {
 		errs = append(errs, fmt.Errorf("--volume-backing %q: want %s or %s", o.VolumeBacking, BackingFolder, BackingImage))

@@ -11,11 +11,13 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"golang.org/x/sys/unix"
 	"k8s.io/klog/v2"
 
+	"github.com/shutter-csi/shutter/pkg/hostpath/fscopy"
 	"github.com/shutter-csi/shutter/pkg/hostpath/state"
 )
 
@@ -41,6 +43,12 @@ import (
 //     records.log.
 //   - Data found at runtime where a new volume or snapshot goes, with no
 //     record, is quarantined the same way.
+//   - What the quarantine folder takes of the disk counts against
+//     --capacity and is exported (metrics.HostpathQuarantineBytes): it is
+//     measured at start and grows with every move.
+//   - Quarantined data is deleted only when Options.QuarantineMaxAge is set
+//     (off by default): a start's folder is, once nothing was moved into it
+//     for that long.
 
 // quarantineDirName is the quarantine folder's name in the data folder.
 const quarantineDirName = "quarantine"
@@ -59,9 +67,15 @@ type quarantine struct {
 	now    func() time.Time
 	logger klog.Logger
 
+	// maxAge, when positive, is how long a start's folder is kept after
+	// the last move into it.
+	maxAge time.Duration
+
 	mu sync.Mutex
 	// dir is this start's folder below root, made on first use.
 	dir string
+	// bytes is what the folder's data takes of the disk.
+	bytes atomic.Int64
 }
 
 // folderOf is where data of kind goes inside a start's folder.
@@ -101,8 +115,100 @@ func (q *quarantine) move(kind, path, name string) (string, error) {
 		}
 	}
 	quarantined.WithLabelValues(kind).Inc()
-	q.logger.Info("Moved data the driver has no record for to quarantine", "kind", kind, "from", path, "to", dst)
+	size, err := fscopy.DiskUsage(dst)
+	if err != nil {
+		q.logger.Error(err, "Measuring quarantined data failed; it counts from the next start", "path", dst)
+	}
+	quarantineBytes.Set(float64(q.bytes.Add(size)))
+	q.logger.Info("Moved data the driver has no record for to quarantine", "kind", kind, "from", path, "to", dst, "bytes", size)
 	return dst, nil
+}
+
+// refresh deletes the start folders older than maxAge, if set, and
+// measures what the quarantine folder takes.
+func (q *quarantine) refresh() error {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if q.maxAge > 0 {
+		if err := q.pruneLocked(); err != nil {
+			return err
+		}
+	}
+	size, err := fscopy.DiskUsage(q.root)
+	if errors.Is(err, fs.ErrNotExist) {
+		size, err = 0, nil
+	}
+	if err != nil {
+		return fmt.Errorf("measure quarantine: %w", err)
+	}
+	q.bytes.Store(size)
+	quarantineBytes.Set(float64(size))
+	return nil
+}
+
+// pruneLocked deletes the start folders nothing was moved into for
+// maxAge. The caller holds mu.
+func (q *quarantine) pruneLocked() error {
+	entries, err := os.ReadDir(q.root)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("read quarantine: %w", err)
+	}
+	now := q.now()
+	for _, e := range entries {
+		dir := filepath.Join(q.root, e.Name())
+		last, err := lastMove(dir)
+		if err != nil {
+			return err
+		}
+		if now.Sub(last) < q.maxAge {
+			continue
+		}
+		size, _ := fscopy.DiskUsage(dir)
+		q.logger.Info("Deleting quarantined data older than --quarantine-max-age", "path", dir, "bytes", size, "lastMoveIn", last.UTC())
+		if err := os.RemoveAll(dir); err != nil {
+			return fmt.Errorf("delete quarantined data: %w", err)
+		}
+		if dir == q.dir {
+			q.dir = ""
+		}
+	}
+	return nil
+}
+
+// lastMove is when data was last moved into the start folder dir: the
+// latest change of it and of its kind folders, to which moves only add.
+func lastMove(dir string) (time.Time, error) {
+	fi, err := os.Lstat(dir)
+	if err != nil {
+		return time.Time{}, fmt.Errorf("inspect quarantine: %w", err)
+	}
+	last := fi.ModTime()
+	for _, kind := range []string{kindVolume, kindSnapshot, kindRecordLog} {
+		if sub, err := os.Lstat(filepath.Join(dir, folderOf(kind))); err == nil && sub.ModTime().After(last) {
+			last = sub.ModTime()
+		}
+	}
+	return last, nil
+}
+
+// pruneEvery deletes quarantined data older than maxAge every period
+// until ctx is done.
+func (q *quarantine) pruneEvery(ctx context.Context, period time.Duration) {
+	t := time.NewTicker(period)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			if err := q.refresh(); err != nil {
+				q.logger.Error(err, "Deleting old quarantined data failed")
+			}
+		}
+	}
 }
 
 // makeDir creates this start's folder, named after the time, once. The

@@ -4,14 +4,23 @@ package hostpath
 
 import (
 	"bytes"
+	"context"
 	"crypto/sha256"
+	"errors"
 	"fmt"
 	"io/fs"
 	"os"
+	"os/exec"
 	"path/filepath"
+	"strconv"
+	"strings"
 	"testing"
+	"time"
 
+	"github.com/container-storage-interface/spec/lib/go/csi"
 	"github.com/prometheus/client_golang/prometheus/testutil"
+
+	"github.com/shutter-csi/shutter/pkg/metrics"
 )
 
 // dataSums counts the contents of every regular file below the data
@@ -170,5 +179,72 @@ func TestStartKeepsDataWithOlderRecordLog(t *testing.T) {
 	moved := testutil.ToFloat64(quarantined.WithLabelValues(kindVolume)) + testutil.ToFloat64(quarantined.WithLabelValues(kindSnapshot)) - count
 	if int(moved) != len(newer) {
 		t.Fatalf("%v entries counted as quarantined, want %d", moved, len(newer))
+	}
+}
+
+// duBytes is what du(1) says the tree at path takes of the disk.
+func duBytes(t *testing.T, path string) int64 {
+	t.Helper()
+	out, err := exec.Command("du", "-s", "-B1", path).Output()
+	mustDo(t, err)
+	n, err := strconv.ParseInt(strings.Fields(string(out))[0], 10, 64)
+	mustDo(t, err)
+	return n
+}
+
+// TestQuarantineCountsAndAges: quarantined data counts against --capacity
+// and its size is exported; with --quarantine-max-age, a start's folder
+// nothing was moved into for longer is deleted at the next start, and a
+// new one stays.
+func TestQuarantineCountsAndAges(t *testing.T) {
+	e := newTestEnv(t, func(o *Options) { o.Capacity = 64 << 20 })
+	dataDir := e.d.opts.DataDir
+	free := func() int64 {
+		resp, err := e.ctrl.GetCapacity(context.Background(), &csi.GetCapacityRequest{})
+		mustDo(t, err)
+		return resp.GetAvailableCapacity()
+	}
+	unrecorded := func(name string) {
+		dir := filepath.Join(volumesDir(dataDir), name)
+		mustDo(t, os.Mkdir(dir, 0o750))
+		mustDo(t, os.WriteFile(filepath.Join(dir, "kept"), randomBytes(t, 4<<20), 0o644))
+	}
+	e.stop()
+	unrecorded("vol-lost-1")
+	e.start(t, e.d.opts)
+	root := filepath.Join(dataDir, quarantineDirName)
+	held := duBytes(t, root)
+	if held < 4<<20 {
+		t.Fatalf("du says the quarantine takes %d bytes, less than the data moved there", held)
+	}
+	if got := free(); got != 64<<20-held {
+		t.Errorf("free capacity %d with %d bytes quarantined, want %d", got, held, 64<<20-held)
+	}
+	if got := testutil.ToFloat64(quarantineBytes); got != float64(held) {
+		t.Errorf("%s = %v, want %d", metrics.HostpathQuarantineBytes, got, held)
+	}
+
+	// Eight days later, with a limit of seven: the old start's folder goes,
+	// what this start quarantines stays.
+	e.stop()
+	old, err := os.ReadDir(root)
+	mustDo(t, err)
+	eightDaysAgo := time.Now().Add(-8 * 24 * time.Hour)
+	for _, p := range []string{filepath.Join(root, old[0].Name()), filepath.Join(root, old[0].Name(), "volumes")} {
+		mustDo(t, os.Chtimes(p, eightDaysAgo, eightDaysAgo))
+	}
+	unrecorded("vol-lost-2")
+	o := e.d.opts
+	o.QuarantineMaxAge = 7 * 24 * time.Hour
+	e.start(t, o)
+	if _, err := os.Lstat(filepath.Join(root, old[0].Name())); !errors.Is(err, fs.ErrNotExist) {
+		t.Errorf("the quarantine folder of eight days ago is still there (%v)", err)
+	}
+	kept, _ := filepath.Glob(filepath.Join(root, "*", "volumes", "vol-lost-2", "kept"))
+	if len(kept) != 1 {
+		t.Errorf("data quarantined by this start: %v, want it kept", kept)
+	}
+	if held := duBytes(t, root); free() != 64<<20-held || testutil.ToFloat64(quarantineBytes) != float64(held) {
+		t.Errorf("after deleting old quarantined data: free %d, %s %v; want %d bytes held", free(), metrics.HostpathQuarantineBytes, testutil.ToFloat64(quarantineBytes), held)
 	}
 }

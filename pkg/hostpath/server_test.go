@@ -49,7 +49,8 @@ func TestLogUnaryStripsSecrets(t *testing.T) {
 // TestCloseWaitsForHandlers: after a forced stop gRPC no longer waits for
 // handlers, so Close must, or a late handler writes to a closed record log.
 func TestCloseWaitsForHandlers(t *testing.T) {
-	d := &Driver{}
+	waiting := make(chan struct{})
+	d := &Driver{closeWaits: func() { close(waiting) }}
 	release, running := make(chan struct{}), make(chan struct{})
 	handlerDone := make(chan struct{})
 	go func() {
@@ -63,10 +64,19 @@ func TestCloseWaitsForHandlers(t *testing.T) {
 	<-running
 	closed := make(chan struct{})
 	go func() { _ = d.Close(); close(closed) }()
+	// Close has looked: it waits for the handler, which cannot end before
+	// release.
+	select {
+	case <-waiting:
+	case <-closed:
+		t.Fatal("Close returned while a handler still ran")
+	case <-time.After(10 * time.Second):
+		t.Fatal("Close did not start waiting for the running handler")
+	}
 	select {
 	case <-closed:
 		t.Fatal("Close returned while a handler still ran")
-	case <-time.After(100 * time.Millisecond):
+	default:
 	}
 	close(release)
 	<-handlerDone

@@ -45,6 +45,9 @@ func (s *snapshotMetadataServer) GetMetadataAllocated(req *csi.GetMetadataAlloca
 	if err := checkOffset(req.GetStartingOffset(), snap.SizeBytes); err != nil {
 		return err
 	}
+	if err := checkMaxResults(req.GetMaxResults()); err != nil {
+		return err
+	}
 	release, err := s.d.locks.acquire(snapshotKey(snap.ID))
 	if err != nil {
 		return err
@@ -58,10 +61,8 @@ func (s *snapshotMetadataServer) GetMetadataAllocated(req *csi.GetMetadataAlloca
 		return nil
 	}
 	defer f.Close()
-	out := newMetadataSender(req.GetMaxResults(), func(blocks []*csi.BlockMetadata) error {
-		return stream.Send(&csi.GetMetadataAllocatedResponse{
-			BlockMetadataType: csi.BlockMetadataType_VARIABLE_LENGTH, VolumeCapacityBytes: snap.SizeBytes, BlockMetadata: blocks,
-		})
+	out := s.sender(req.GetMaxResults(), func(typ csi.BlockMetadataType, blocks []*csi.BlockMetadata) error {
+		return stream.Send(&csi.GetMetadataAllocatedResponse{BlockMetadataType: typ, VolumeCapacityBytes: snap.SizeBytes, BlockMetadata: blocks})
 	})
 	err = fscopy.ForEachExtent(f, req.GetStartingOffset(), snap.SizeBytes, func(start, end int64) error {
 		return out.add(max(start, req.GetStartingOffset()), end)
@@ -89,15 +90,16 @@ func (s *snapshotMetadataServer) GetMetadataDelta(req *csi.GetMetadataDeltaReque
 	if err := checkOffset(req.GetStartingOffset(), target.SizeBytes); err != nil {
 		return err
 	}
+	if err := checkMaxResults(req.GetMaxResults()); err != nil {
+		return err
+	}
 	release, err := s.d.locks.acquire(snapshotKey(base.ID), snapshotKey(target.ID))
 	if err != nil {
 		return err
 	}
 	defer release()
-	out := newMetadataSender(req.GetMaxResults(), func(blocks []*csi.BlockMetadata) error {
-		return stream.Send(&csi.GetMetadataDeltaResponse{
-			BlockMetadataType: csi.BlockMetadataType_VARIABLE_LENGTH, VolumeCapacityBytes: target.SizeBytes, BlockMetadata: blocks,
-		})
+	out := s.sender(req.GetMaxResults(), func(typ csi.BlockMetadataType, blocks []*csi.BlockMetadata) error {
+		return stream.Send(&csi.GetMetadataDeltaResponse{BlockMetadataType: typ, VolumeCapacityBytes: target.SizeBytes, BlockMetadata: blocks})
 	})
 	if err := s.d.diffSnapshots(base, target, req.GetStartingOffset(), out.add); err != nil {
 		if _, ok := status.FromError(err); ok {
@@ -156,6 +158,13 @@ func checkOffset(offset, size int64) error {
 	return nil
 }
 
+func checkMaxResults(n int32) error {
+	if n < 0 {
+		return status.Errorf(codes.InvalidArgument, "max_results %d is negative (0 lets the driver choose)", n)
+	}
+	return nil
+}
+
 // diffFiles calls changed for every range in [from, size) where the two
 // files differ. Ranges that are holes in both are skipped unread. A nil
 // file is all holes.
@@ -176,13 +185,29 @@ func diffFiles(base, target *os.File, from, size int64, changed func(start, end 
 			if err := readFull(target, b[:n], off); err != nil {
 				return err
 			}
-			if !bytes.Equal(a[:n], b[:n]) {
-				if err := changed(max(off, from), off+n); err != nil {
-					return err
-				}
+			if err := changedBlocks(a[:n], b[:n], off, from, changed); err != nil {
+				return err
 			}
 		}
 		done = off
+	}
+	return nil
+}
+
+// changedBlocks calls changed for every MetadataBlockSize block at which a and b, read at off,
+// differ (clipped to start at from). Equal chunks cost one comparison.
+func changedBlocks(a, b []byte, off, from int64, changed func(start, end int64) error) error {
+	if bytes.Equal(a, b) {
+		return nil
+	}
+	for i := 0; i < len(a); i += MetadataBlockSize {
+		j := min(i+MetadataBlockSize, len(a))
+		if bytes.Equal(a[i:j], b[i:j]) {
+			continue
+		}
+		if err := changed(max(off+int64(i), from), off+int64(j)); err != nil {
+			return err
+		}
 	}
 	return nil
 }
@@ -230,24 +255,42 @@ func readFull(f *os.File, buf []byte, off int64) error {
 	return nil
 }
 
-// metadataSender batches ranges into stream messages of at most max
-// entries, merging ranges that touch.
-type metadataSender struct {
-	max   int
-	batch []*csi.BlockMetadata
-	send  func([]*csi.BlockMetadata) error
-}
-
-func newMetadataSender(maxResults int32, send func([]*csi.BlockMetadata) error) *metadataSender {
+// sender returns the metadataSender of this driver's block type.
+func (s *snapshotMetadataServer) sender(maxResults int32, send func(csi.BlockMetadataType, []*csi.BlockMetadata) error) *metadataSender {
 	m := int(maxResults)
 	if m <= 0 {
 		m = defaultMetadataResults
 	}
-	return &metadataSender{max: m, send: send}
+	typ := csi.BlockMetadataType_VARIABLE_LENGTH
+	if s.d.opts.SnapshotMetadataBlockType == BlockTypeFixed {
+		typ = csi.BlockMetadataType_FIXED_LENGTH
+	}
+	return &metadataSender{max: m, typ: typ, send: func(b []*csi.BlockMetadata) error { return send(typ, b) }}
+}
+
+// metadataSender batches ranges into stream messages of at most max entries. VARIABLE_LENGTH
+// merges ranges that touch; FIXED_LENGTH turns every range into the MetadataBlockSize blocks
+// that cover it, each block once.
+type metadataSender struct {
+	max   int
+	typ   csi.BlockMetadataType
+	batch []*csi.BlockMetadata
+	send  func([]*csi.BlockMetadata) error
+	// next is, for FIXED_LENGTH, the end of the last block added.
+	next int64
 }
 
 func (m *metadataSender) add(start, end int64) error {
 	if end <= start {
+		return nil
+	}
+	if m.typ == csi.BlockMetadataType_FIXED_LENGTH {
+		for b := max(start-start%MetadataBlockSize, m.next); b < end; b += MetadataBlockSize {
+			if err := m.append(b, MetadataBlockSize); err != nil {
+				return err
+			}
+			m.next = b + MetadataBlockSize
+		}
 		return nil
 	}
 	if n := len(m.batch); n > 0 {
@@ -257,12 +300,16 @@ func (m *metadataSender) add(start, end int64) error {
 			return nil
 		}
 	}
+	return m.append(start, end-start)
+}
+
+func (m *metadataSender) append(offset, size int64) error {
 	if len(m.batch) == m.max {
 		if err := m.flush(); err != nil {
 			return err
 		}
 	}
-	m.batch = append(m.batch, &csi.BlockMetadata{ByteOffset: start, SizeBytes: end - start})
+	m.batch = append(m.batch, &csi.BlockMetadata{ByteOffset: offset, SizeBytes: size})
 	return nil
 }
 

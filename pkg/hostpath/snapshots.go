@@ -70,8 +70,13 @@ func (s *controllerServer) CreateSnapshot(ctx context.Context, req *csi.CreateSn
 // data and a record (copySnapshot). The caller holds the snapshot's lock and
 // a shared lock of the volume.
 func (d *Driver) takeSnapshot(ctx context.Context, snap state.Snapshot) error {
+	reserved := snap.SizeBytes
 	if v, ok := d.volumes.Get(snap.SourceVolumeID); ok {
+		reserved = storedBytes(v) // the most its data can take
 		if err := d.volumeDataReady(v); err != nil {
+			return err
+		}
+		if err := d.syncBlockDevices(v); err != nil {
 			return err
 		}
 	}
@@ -88,7 +93,7 @@ func (d *Driver) takeSnapshot(ctx context.Context, snap state.Snapshot) error {
 		return d.recordEmptySnapshot(snap)
 	}
 	// A copy counts against the capacity like a volume of its size.
-	release, err := d.reserve(snapshotKey(snap.ID), snap.SizeBytes, "")
+	release, err := d.reserve(snapshotKey(snap.ID), reserved, "")
 	if err != nil {
 		return err
 	}

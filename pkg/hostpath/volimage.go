@@ -48,6 +48,10 @@ import (
 //   - Close unmounts the driver's own mounts and nothing else; a pod's
 //     mounts keep the filesystem (and its loop device) alive.
 
+// imageMountFlags are the flags of the driver's mounts of images: a
+// set-user-ID file or a device node in a volume has no effect.
+const imageMountFlags = unix.MS_NOSUID | unix.MS_NODEV
+
 // imagesDirName is the folder of volume images in the data folder.
 const imagesDirName = "images"
 
@@ -122,7 +126,7 @@ func (d *Driver) makeFilledImage(c fscopy.Copier, path, mnt string, size int64, 
 	if err != nil {
 		return loopDevice{}, status.Errorf(codes.Internal, "attach image: %v", err)
 	}
-	err = unix.Mount(dev.path, mnt, "ext4", 0, "")
+	err = unix.Mount(dev.path, mnt, "ext4", imageMountFlags, "")
 	_ = f.Close()
 	if err != nil {
 		return loopDevice{}, status.Errorf(codes.Internal, "mount new image: %v", err)
@@ -176,7 +180,7 @@ func (d *Driver) mountDevice(dev loopDevice, path string) error {
 	if err != nil {
 		return err
 	}
-	return unix.Mount(dev.path, path, "ext4", 0, "")
+	return unix.Mount(dev.path, path, "ext4", imageMountFlags, "")
 }
 
 // fillImage gives the new filesystem mounted at root its content: a copy
@@ -276,7 +280,7 @@ func (d *Driver) mountImage(id string) error {
 	if err := os.Mkdir(path, 0o700); err != nil && !errors.Is(err, fs.ErrExist) {
 		return err
 	}
-	if err := unix.Mount(dev.path, path, "ext4", 0, ""); err != nil {
+	if err := unix.Mount(dev.path, path, "ext4", imageMountFlags, ""); err != nil {
 		return fmt.Errorf("mount %s: %w", dev.path, err)
 	}
 	d.mountedImages.Add(id)

@@ -353,6 +353,14 @@ func TestImageVolumeSizes(t *testing.T) {
 	if fi, err := os.Stat(e.d.imagePath(id)); err != nil || fi.Size() != minImageSize {
 		t.Errorf("the image after growing the volume to 12 MiB: %v, %v; want %d bytes", fi, err, minImageSize)
 	}
+	// A size whose last block group is too short for its metadata: the
+	// formatter alone made a filesystem the kernel refused to mount
+	// ("structure needs cleaning"), and CreateVolume failed for good.
+	odd := e.createVolume(t, "pvc-1025mi", 1025<<20, mountCap()).GetVolumeId()
+	if n, err := writeUntilFull(filepath.Join(e.d.volumePath(odd), "data"), 8<<20); err != nil {
+		t.Errorf("a 1025 MiB volume took %d bytes: %v", n, err)
+	}
+	e.deleteVolume(t, odd)
 	// Block volumes stay files.
 	block := e.createVolume(t, "pvc-block", 1<<20, blockCap()).GetVolumeId()
 	if v, _ := e.d.volumes.Get(block); v.Image {
@@ -469,4 +477,25 @@ func mountNewImage(t *testing.T, img, mnt string, existing ...string) {
 	defer f.Close()
 	mustDo(t, unix.Mount(dev.path, mnt, "ext4", 0, ""))
 	t.Cleanup(func() { _ = unmountAll(mnt) })
+}
+
+// TestImageVolumeMountsNosuidNodev checks the flags of an image volume's
+// mounts, made new, after a restart and at a pod's target: a set-user-ID
+// file or a device node a workload puts into its volume has no effect.
+func TestImageVolumeMountsNosuidNodev(t *testing.T) {
+	e := newImageEnv(t)
+	id := e.createVolume(t, "pvc-flags", 32<<20, mountCap()).GetVolumeId()
+	check := func(when, path string) {
+		t.Helper()
+		if flags, err := statfsFlags(path); err != nil || flags&(unix.MS_NOSUID|unix.MS_NODEV) != unix.MS_NOSUID|unix.MS_NODEV {
+			t.Errorf("flags of the mount at %s %s: %#x, %v; want nosuid,nodev", path, when, flags, err)
+		}
+	}
+	check("after CreateVolume", e.d.volumePath(id))
+	e.restart(t)
+	check("after a restart", e.d.volumePath(id))
+	target := e.publish(t, id, "flags")
+	check("at a pod's target", target)
+	e.unpublish(t, id, target)
+	e.deleteVolume(t, id)
 }

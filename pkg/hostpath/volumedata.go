@@ -57,6 +57,9 @@ func (d *Driver) volumeSource(spec volumeSpec) (volumeData, error) {
 		if err := d.volumeDataReady(src); err != nil {
 			return data, err
 		}
+		if err := d.syncBlockDevices(src); err != nil {
+			return data, err
+		}
 		data, size, accessType = volumeData{path: d.volumePath(src.ID)}, src.CapacityBytes, src.AccessType
 	default:
 		return data, nil

@@ -2,9 +2,15 @@ package kube
 
 import (
 	"context"
+	"encoding/json"
+	"errors"
 	"fmt"
+	"reflect"
 
+	jsonpatch "gopkg.in/evanphx/json-patch.v4"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/shutter-csi/shutter/pkg/controller"
@@ -12,7 +18,9 @@ import (
 
 // Client is the part of a generated typed client that writes objects of type T.
 type Client[T any] interface {
+	Get(ctx context.Context, name string, opts metav1.GetOptions) (T, error)
 	Create(ctx context.Context, obj T, opts metav1.CreateOptions) (T, error)
+	Update(ctx context.Context, obj T, opts metav1.UpdateOptions) (T, error)
 	UpdateStatus(ctx context.Context, obj T, opts metav1.UpdateOptions) (T, error)
 	Patch(ctx context.Context, name string, pt types.PatchType, data []byte, opts metav1.PatchOptions, subresources ...string) (T, error)
 	Delete(ctx context.Context, name string, opts metav1.DeleteOptions) error
@@ -33,6 +41,11 @@ const statusSubresource = "status"
 type WriterOptions struct {
 	// FieldManager names the component's patches; empty leaves it to the API server.
 	FieldManager string
+	// UpdateMetadata makes Patch read the object and write it back whole with an update (PUT)
+	// instead of patching it: for RBAC roles that grant update but not patch (the upstream
+	// snapshot-controller's on persistentvolumeclaims). The merge patch is applied to what was
+	// read, and the write still fails with a conflict when the object changed since old.
+	UpdateMetadata bool
 	// Count, when set, is called after every request with the writer's kind, what was written
 	// (WriteCreate, WriteMetadata, WriteStatus, WriteDelete) and the request's error.
 	Count func(kind, write string, err error)
@@ -42,7 +55,7 @@ type WriterOptions struct {
 // patch with a resourceVersion precondition, status through the status subresource, creates, and
 // deletes with a uid precondition. Every result is remembered in the own-write cache, so that the
 // next sync reads through it instead of a stale lister copy, and every request is counted.
-type Writer[T metav1.Object] struct {
+type Writer[T Object[T]] struct {
 	kind   string
 	client func(namespace string) Client[T]
 	cache  *controller.Writes[T]
@@ -52,7 +65,7 @@ type Writer[T metav1.Object] struct {
 // NewWriter returns the writer of kind (its name in errors and counts) through client, which
 // returns the typed client of a namespace ("" for cluster-scoped kinds), remembering results in
 // cache.
-func NewWriter[T metav1.Object](kind string, client func(namespace string) Client[T], cache *controller.Writes[T], opts WriterOptions) *Writer[T] {
+func NewWriter[T Object[T]](kind string, client func(namespace string) Client[T], cache *controller.Writes[T], opts WriterOptions) *Writer[T] {
 	return &Writer[T]{kind: kind, client: client, cache: cache, opts: opts}
 }
 
@@ -75,9 +88,42 @@ func (w *Writer[T]) patch(ctx context.Context, old, updated T, what string, subr
 	if err != nil || data == nil {
 		return old, err
 	}
+	if w.opts.UpdateMetadata && len(subresource) == 0 {
+		return w.update(ctx, old, data)
+	}
 	result, err := w.client(old.GetNamespace()).Patch(ctx, old.GetName(), types.MergePatchType, data,
 		metav1.PatchOptions{FieldManager: w.opts.FieldManager}, subresource...)
 	return w.written(what, result, err, old, "patch "+what+" of "+old.GetName())
+}
+
+// update reads the object of old's name, applies the merge patch data (which carries old's
+// resourceVersion as its precondition) and writes the result with an update.
+func (w *Writer[T]) update(ctx context.Context, old T, data []byte) (T, error) {
+	client := w.client(old.GetNamespace())
+	current, err := client.Get(ctx, old.GetName(), metav1.GetOptions{})
+	if err != nil {
+		return old, fmt.Errorf("read %s %s for an update: %w", w.kind, old.GetName(), err)
+	}
+	if current.GetResourceVersion() != old.GetResourceVersion() {
+		return old, apierrors.NewConflict(schema.GroupResource{Resource: w.kind}, old.GetName(),
+			errors.New("the object has been modified; please apply your changes to the latest version and try again"))
+	}
+	before, err := json.Marshal(current)
+	if err != nil {
+		return old, err
+	}
+	after, err := jsonpatch.MergePatch(before, data)
+	if err != nil {
+		return old, err
+	}
+	next := current.DeepCopy()
+	// Decode into a zero object: decoding into current's copy would keep map keys the patch removed.
+	reflect.ValueOf(next).Elem().SetZero()
+	if err := json.Unmarshal(after, next); err != nil {
+		return old, err
+	}
+	result, err := client.Update(ctx, next, metav1.UpdateOptions{FieldManager: w.opts.FieldManager})
+	return w.written(WriteMetadata, result, err, old, "update "+w.kind+" "+old.GetName())
 }
 
 // UpdateStatus replaces obj's status; obj's resourceVersion is the precondition.

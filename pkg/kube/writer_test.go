@@ -62,3 +62,40 @@ func TestWriter(t *testing.T) {
 		}
 	}
 }
+
+// TestWriterUpdateMetadata: with UpdateMetadata a metadata change is a read and an update of
+// the object read (fields the caller's trimmed copy lacks are kept, a removed annotation is
+// gone), counted as one metadata write; a stale copy gets a conflict and nothing is written.
+func TestWriterUpdateMetadata(t *testing.T) {
+	ctx := context.Background()
+	stored := &corev1.PersistentVolumeClaim{ObjectMeta: metav1.ObjectMeta{Name: "a", Namespace: "ns", ResourceVersion: "7",
+		Annotations: map[string]string{"keep": "1", "drop": "2"}}, Spec: corev1.PersistentVolumeClaimSpec{VolumeName: "pv-a"}}
+	kube := kubefake.NewClientset(stored)
+	var counted []string
+	w := NewWriter("claim", func(ns string) Client[*corev1.PersistentVolumeClaim] { return kube.CoreV1().PersistentVolumeClaims(ns) },
+		controller.NewWrites[*corev1.PersistentVolumeClaim](), WriterOptions{UpdateMetadata: true, Count: func(kind, write string, err error) {
+			counted = append(counted, write)
+		}})
+	trimmed := &corev1.PersistentVolumeClaim{ObjectMeta: *stored.ObjectMeta.DeepCopy()}
+	updated := WithAnnotation(trimmed, "drop", "")
+	updated.Finalizers = []string{"f"}
+	got, err := w.Patch(ctx, trimmed, updated)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.Spec.VolumeName != "pv-a" || got.Annotations["keep"] != "1" || got.Annotations["drop"] != "" || !slices.Equal(got.Finalizers, []string{"f"}) {
+		t.Errorf("stored %+v", got)
+	}
+	verbs := []string{}
+	for _, a := range kube.Actions() {
+		verbs = append(verbs, a.GetVerb())
+	}
+	if !slices.Equal(verbs, []string{"get", "update"}) || !slices.Equal(counted, []string{"metadata"}) {
+		t.Errorf("requests %q, counted %q", verbs, counted)
+	}
+	stale := trimmed.DeepCopy()
+	stale.ResourceVersion = "6"
+	if _, err := w.Patch(ctx, stale, WithAnnotation(stale, "x", "y")); !apierrors.IsConflict(err) {
+		t.Errorf("stale copy: %v, want a conflict", err)
+	}
+}

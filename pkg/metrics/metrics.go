@@ -6,6 +6,7 @@ import (
 	"sync"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"k8s.io/client-go/tools/leaderelection"
 	"k8s.io/client-go/util/workqueue"
 )
 
@@ -19,10 +20,11 @@ const (
 	SnapshotsDeleting = "snapshots_being_deleted"
 
 	// The hostpath driver's: data it moved to quarantine, by kind (volume,
-	// snapshot, record-log), and whether its last start left the data
-	// folders alone.
-	HostpathQuarantined   = "hostpath_quarantined_total"
-	HostpathCleanupHalted = "hostpath_cleanup_halted"
+	// snapshot, record-log), the disk its quarantine folder takes, and
+	// whether its last start left the data folders alone.
+	HostpathQuarantined     = "hostpath_quarantined_total"
+	HostpathQuarantineBytes = "hostpath_quarantine_bytes"
+	HostpathCleanupHalted   = "hostpath_cleanup_halted"
 
 	// Gauges by driver and state, and the age of the oldest object per driver and state,
 	// computed from the informer caches at each scrape.
@@ -95,6 +97,57 @@ const (
 	ResultError = "error"
 )
 
+// The upstream snapshot-controller's and csi-snapshotter's metric names and labels, served beside
+// Shutter's so that dashboards and alerts written for the upstream images keep working.
+const (
+	UpstreamOperationSeconds   = "snapshot_controller_operation_total_seconds"
+	UpstreamOperationsInFlight = "snapshot_controller_operations_in_flight"
+	UpstreamLabelDriver        = "driver_name"
+	UpstreamLabelOperation     = "operation_name"
+	UpstreamLabelStatus        = "operation_status"
+	UpstreamLabelType          = "snapshot_type"
+	// Operations: created (status.creationTime set), created and ready, deleted (finalizers off).
+	UpstreamCreate              = "CreateSnapshot"
+	UpstreamCreateAndReady      = "CreateSnapshotAndReady"
+	UpstreamDelete              = "DeleteSnapshot"
+	UpstreamCreateGroup         = "CreateGroupSnapshot"
+	UpstreamCreateGroupAndReady = "CreateGroupSnapshotAndReady"
+	UpstreamDeleteGroup         = "DeleteGroupSnapshot"
+	UpstreamTypeDynamic         = "dynamic"
+	UpstreamTypePreProvisioned  = "pre-provisioned"
+	UpstreamStatusSuccess       = "success"
+	// UpstreamStatusCancel: the snapshot was deleted before the create finished.
+	UpstreamStatusCancel  = "cancel"
+	UpstreamDriverUnknown = "unknown"
+
+	// LeaderElectionStatus is client-go's leader election gauge (1 while leading), by Lease name.
+	LeaderElectionStatus   = "leader_election_master_status"
+	LeaderElectionSlowpath = "leader_election_slowpath_total"
+)
+
+// UpstreamOperations is the upstream snapshot-controller's operation latency, with its labels and
+// buckets: from the snapshot's creation (or deletion) until the operation's end.
+var UpstreamOperations = prometheus.NewHistogramVec(prometheus.HistogramOpts{
+	Name:    UpstreamOperationSeconds,
+	Help:    "Total number of seconds spent by the controller on an operation",
+	Buckets: []float64{0.1, 0.25, 0.5, 1, 2.5, 5, 10, 15, 30, 60, 120, 300, 600},
+}, []string{UpstreamLabelDriver, UpstreamLabelOperation, UpstreamLabelType, UpstreamLabelStatus})
+
+// The snapshot-metadata sidecar's metrics: upstream's operations histogram (csi-lib-utils', under
+// upstream's subsystem and extra labels) and Shutter's own (shutter_snapshot_metadata_*).
+const (
+	SnapshotMetadataUpstreamSubsystem = "snapshot_metadata_controller"
+	LabelTargetSnapshot               = "target_snapshot"
+	LabelBaseSnapshot                 = "base_snapshot"
+
+	SnapshotMetadataSubsystem = "snapshot_metadata"
+	SnapshotMetadataCalls     = "calls_total"
+	SnapshotMetadataActive    = "streams_active"
+	SnapshotMetadataRanges    = "ranges_total"
+	SnapshotMetadataCovered   = "covered_bytes_total"
+	LabelCode                 = "code"
+)
+
 // Operations is the latency of whole snapshot operations, from request to outcome.
 var Operations = prometheus.NewHistogramVec(prometheus.HistogramOpts{
 	Namespace: Namespace, Name: OperationDuration,
@@ -111,60 +164,147 @@ var Reconciles = prometheus.NewCounterVec(prometheus.CounterOpts{
 var registerOnce sync.Once
 
 // RegisterWorkqueue makes every workqueue created afterwards report depth, adds, latency, work
-// duration, unfinished work and retries, labelled with the queue's name, to reg, and registers
-// Reconciles with it.
+// duration, unfinished work and retries, labelled with the queue's name, to reg, twice: as
+// shutter_workqueue_* and under client-go's plain workqueue_* names (as the upstream images serve
+// them); and registers Reconciles with it.
 func RegisterWorkqueue(reg prometheus.Registerer) {
 	registerOnce.Do(func() {
-		p := &provider{
-			depth:      prometheus.NewGaugeVec(opts("workqueue_depth", "Current depth of the workqueue."), queueLabel),
-			adds:       prometheus.NewCounterVec(prometheus.CounterOpts(opts("workqueue_adds_total", "Keys added.")), queueLabel),
-			latency:    histogram("workqueue_queue_duration_seconds", "Time a key waits before a worker takes it."),
-			work:       histogram("workqueue_work_duration_seconds", "Time a worker spends on a key."),
-			unfinished: prometheus.NewGaugeVec(opts("workqueue_unfinished_work_seconds", "Seconds of work in progress."), queueLabel),
-			longest:    prometheus.NewGaugeVec(opts("workqueue_longest_running_processor_seconds", "Longest running worker."), queueLabel),
-			retries:    prometheus.NewCounterVec(prometheus.CounterOpts(opts("workqueue_retries_total", "Keys retried.")), queueLabel),
+		p := provider{newQueueVecs(Namespace, prometheus.ExponentialBuckets(0.001, 4, 10)),
+			newQueueVecs("", prometheus.ExponentialBuckets(10e-9, 10, 12))}
+		for _, v := range p {
+			reg.MustRegister(v.depth, v.adds, v.latency, v.work, v.unfinished, v.longest, v.retries)
 		}
-		reg.MustRegister(p.depth, p.adds, p.latency, p.work, p.unfinished, p.longest, p.retries, Reconciles)
+		reg.MustRegister(Reconciles)
 		workqueue.SetProvider(p)
 	})
 }
 
 var queueLabel = []string{"name"}
 
-func opts(name, help string) prometheus.GaugeOpts {
-	return prometheus.GaugeOpts{Namespace: Namespace, Name: name, Help: help}
-}
-
-func histogram(name, help string) *prometheus.HistogramVec {
-	return prometheus.NewHistogramVec(prometheus.HistogramOpts{
-		Namespace: Namespace, Name: name, Help: help, Buckets: prometheus.ExponentialBuckets(0.001, 4, 10),
-	}, queueLabel)
-}
-
-type provider struct {
+// queueVecs are one set of workqueue metrics.
+type queueVecs struct {
 	depth, unfinished, longest *prometheus.GaugeVec
 	adds, retries              *prometheus.CounterVec
 	latency, work              *prometheus.HistogramVec
 }
 
-func (p *provider) NewDepthMetric(name string) workqueue.GaugeMetric {
-	return p.depth.WithLabelValues(name)
+func newQueueVecs(namespace string, buckets []float64) *queueVecs {
+	gauge := func(name, help string) *prometheus.GaugeVec {
+		return prometheus.NewGaugeVec(prometheus.GaugeOpts{Namespace: namespace, Name: name, Help: help}, queueLabel)
+	}
+	counter := func(name, help string) *prometheus.CounterVec {
+		return prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: namespace, Name: name, Help: help}, queueLabel)
+	}
+	histogram := func(name, help string) *prometheus.HistogramVec {
+		return prometheus.NewHistogramVec(prometheus.HistogramOpts{Namespace: namespace, Name: name, Help: help, Buckets: buckets}, queueLabel)
+	}
+	return &queueVecs{
+		depth:      gauge("workqueue_depth", "Current depth of the workqueue."),
+		adds:       counter("workqueue_adds_total", "Keys added."),
+		latency:    histogram("workqueue_queue_duration_seconds", "Time a key waits before a worker takes it."),
+		work:       histogram("workqueue_work_duration_seconds", "Time a worker spends on a key."),
+		unfinished: gauge("workqueue_unfinished_work_seconds", "Seconds of work in progress."),
+		longest:    gauge("workqueue_longest_running_processor_seconds", "Longest running worker."),
+		retries:    counter("workqueue_retries_total", "Keys retried."),
+	}
 }
-func (p *provider) NewAddsMetric(name string) workqueue.CounterMetric {
-	return p.adds.WithLabelValues(name)
+
+// provider hands each queue the metrics of every set.
+type provider []*queueVecs
+
+// perSet returns one metric of each set.
+func perSet[M any](p provider, metric func(*queueVecs) M) []M {
+	out := make([]M, len(p))
+	for i, v := range p {
+		out[i] = metric(v)
+	}
+	return out
 }
-func (p *provider) NewLatencyMetric(name string) workqueue.HistogramMetric {
-	return p.latency.WithLabelValues(name)
+
+func (p provider) NewDepthMetric(name string) workqueue.GaugeMetric {
+	return gauges(perSet(p, func(v *queueVecs) prometheus.Gauge { return v.depth.WithLabelValues(name) }))
 }
-func (p *provider) NewWorkDurationMetric(name string) workqueue.HistogramMetric {
-	return p.work.WithLabelValues(name)
+func (p provider) NewAddsMetric(name string) workqueue.CounterMetric {
+	return counters(perSet(p, func(v *queueVecs) prometheus.Counter { return v.adds.WithLabelValues(name) }))
 }
-func (p *provider) NewUnfinishedWorkSecondsMetric(name string) workqueue.SettableGaugeMetric {
-	return p.unfinished.WithLabelValues(name)
+func (p provider) NewLatencyMetric(name string) workqueue.HistogramMetric {
+	return histograms(perSet(p, func(v *queueVecs) prometheus.Observer { return v.latency.WithLabelValues(name) }))
 }
-func (p *provider) NewLongestRunningProcessorSecondsMetric(name string) workqueue.SettableGaugeMetric {
-	return p.longest.WithLabelValues(name)
+func (p provider) NewWorkDurationMetric(name string) workqueue.HistogramMetric {
+	return histograms(perSet(p, func(v *queueVecs) prometheus.Observer { return v.work.WithLabelValues(name) }))
 }
-func (p *provider) NewRetriesMetric(name string) workqueue.CounterMetric {
-	return p.retries.WithLabelValues(name)
+func (p provider) NewUnfinishedWorkSecondsMetric(name string) workqueue.SettableGaugeMetric {
+	return gauges(perSet(p, func(v *queueVecs) prometheus.Gauge { return v.unfinished.WithLabelValues(name) }))
 }
+func (p provider) NewLongestRunningProcessorSecondsMetric(name string) workqueue.SettableGaugeMetric {
+	return gauges(perSet(p, func(v *queueVecs) prometheus.Gauge { return v.longest.WithLabelValues(name) }))
+}
+func (p provider) NewRetriesMetric(name string) workqueue.CounterMetric {
+	return counters(perSet(p, func(v *queueVecs) prometheus.Counter { return v.retries.WithLabelValues(name) }))
+}
+
+// gauges, counters and histograms pass each update to every metric of the list.
+type (
+	gauges     []prometheus.Gauge
+	counters   []prometheus.Counter
+	histograms []prometheus.Observer
+)
+
+func (g gauges) Inc() {
+	for _, m := range g {
+		m.Inc()
+	}
+}
+
+func (g gauges) Dec() {
+	for _, m := range g {
+		m.Dec()
+	}
+}
+
+func (g gauges) Set(v float64) {
+	for _, m := range g {
+		m.Set(v)
+	}
+}
+
+func (c counters) Inc() {
+	for _, m := range c {
+		m.Inc()
+	}
+}
+
+func (h histograms) Observe(v float64) {
+	for _, m := range h {
+		m.Observe(v)
+	}
+}
+
+var leaderOnce sync.Once
+
+// RegisterLeaderElection makes every leader election created afterwards report client-go's
+// leader_election_master_status (1 while leading, 0 otherwise) and leader_election_slowpath_total,
+// labelled with the Lease's name, to reg, as the upstream images do.
+func RegisterLeaderElection(reg prometheus.Registerer) {
+	leaderOnce.Do(func() {
+		m := leaderMetrics{
+			status: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: LeaderElectionStatus,
+				Help: "Gauge of if the reporting system is master of the relevant lease, 0 indicates backup, 1 indicates master. 'name' is the string used to identify the lease."}, queueLabel),
+			slowpath: prometheus.NewCounterVec(prometheus.CounterOpts{Name: LeaderElectionSlowpath,
+				Help: "Total number of slow path exercised in renewing leader leases. 'name' is the string used to identify the lease."}, queueLabel),
+		}
+		reg.MustRegister(m.status, m.slowpath)
+		leaderelection.SetProvider(m)
+	})
+}
+
+// leaderMetrics is client-go's leader election metrics provider and metric.
+type leaderMetrics struct {
+	status   *prometheus.GaugeVec
+	slowpath *prometheus.CounterVec
+}
+
+func (m leaderMetrics) NewLeaderMetric() leaderelection.LeaderMetric { return m }
+func (m leaderMetrics) On(name string)                               { m.status.WithLabelValues(name).Set(1) }
+func (m leaderMetrics) Off(name string)                              { m.status.WithLabelValues(name).Set(0) }
+func (m leaderMetrics) SlowpathExercised(name string)                { m.slowpath.WithLabelValues(name).Inc() }

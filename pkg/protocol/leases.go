@@ -55,17 +55,30 @@ func referenceSidecarLeaseName(driver string) string {
 	return name
 }
 
+// MaxClockSkew is how far in the future a Lease's renewal may lie and still count: clocks of
+// machines differ a little. A renewal later than that was not made by a running component's
+// clock, and would keep the Lease live for ever.
+const MaxClockSkew = time.Minute
+
+// MaxLeaseDuration is the longest duration a Lease is taken to have: a Lease that claims more
+// (leader election uses seconds) is live this long after its renewal at most.
+const MaxLeaseDuration = 5 * time.Minute
+
 // LeaseState is what a Lease tells about its holder at a moment.
 type LeaseState struct {
 	// Live is true while the Lease's last renewal is younger than its duration.
 	Live bool
 	// Holder is the identity of the holder, or "".
 	Holder string
-	// SinceRenewal is the time since the last renewal (or acquisition); 0 when unknown.
+	// SinceRenewal is the time since the last renewal (or acquisition); 0 when unknown or in
+	// the future.
 	SinceRenewal time.Duration
+	// Future is true when the renewal lies more than MaxClockSkew after now: not live.
+	Future bool
 }
 
-// ReadLease tells whether lease is held at now.
+// ReadLease tells whether lease is held at now. Whether its namespace is one where the
+// component can run is the caller's question (kube.LeaseNamespaces).
 func ReadLease(lease *coordinationv1.Lease, now time.Time) LeaseState {
 	var st LeaseState
 	if lease.Spec.HolderIdentity != nil {
@@ -78,10 +91,14 @@ func ReadLease(lease *coordinationv1.Lease, now time.Time) LeaseState {
 	if renewed == nil {
 		return st
 	}
+	if renewed.Time.After(now.Add(MaxClockSkew)) {
+		st.Future = true
+		return st
+	}
 	st.SinceRenewal = max(now.Sub(renewed.Time), 0)
 	duration := 15 * time.Second
 	if lease.Spec.LeaseDurationSeconds != nil {
-		duration = time.Duration(*lease.Spec.LeaseDurationSeconds) * time.Second
+		duration = min(time.Duration(*lease.Spec.LeaseDurationSeconds)*time.Second, MaxLeaseDuration)
 	}
 	st.Live = st.Holder != "" && st.SinceRenewal < duration
 	return st

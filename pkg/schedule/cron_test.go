@@ -122,22 +122,27 @@ func TestCronDue(t *testing.T) {
 	}
 }
 
+// TestSnapshotName pins the names (the hashes are the first 8 hex digits of
+// `printf '<schedule>/<claim>' | sha256sum`).
 func TestSnapshotName(t *testing.T) {
 	at := mustTime(t, "2026-03-01T04:00:00Z")
 	for _, tc := range []struct {
 		schedule, claim, want string
 	}{
-		{"hourly", "data", "hourly-data-20260301t0400z"},
+		{"hourly", "data", "hourly-data-421878c7-20260301t0400z"},
 		{"nightly", "", "nightly-20260301t0400z"},
-		// 48 + 1 + 14 = 63 characters: spelled out.
-		{"backups-of-the-primary-database", "postgres-data-00", "backups-of-the-primary-database-postgres-data-00-20260301t0400z"},
+		// Schedule a with claim b-c and schedule a-b with claim c spell the same prefix.
+		{"a", "b-c", "a-b-c-b88f83c8-20260301t0400z"},
+		{"a-b", "c", "a-b-c-4e84717d-20260301t0400z"},
+		// Longer than 63 characters: the schedule and claim part is cut to 39.
+		{"backups-of-the-primary-database", "postgres-data-00", "backups-of-the-primary-database-postgre-2ce822e3-20260301t0400z"},
 		{"a-very-long-schedule-name-for-the-database", "data-postgres-0",
-			"a-very-long-schedule-name-for-the-dat-ef9619d96c-20260301t0400z"},
+			"a-very-long-schedule-name-for-the-datab-ef9619d9-20260301t0400z"},
 		{"a-very-long-schedule-name-for-the-database-and-more-more", "",
-			"a-very-long-schedule-name-for-the-dat-fcc0a99614-20260301t0400z"},
+			"a-very-long-schedule-name-for-the-datab-fcc0a996-20260301t0400z"},
 		// The cut ends in a dash, which is dropped.
-		{"nightly-snapshots-of-the-productions", "postgres-data-0",
-			"nightly-snapshots-of-the-productions-0a827ded2c-20260301t0400z"},
+		{"nightly-snapshots-of-the-production-db", "postgres-data-0",
+			"nightly-snapshots-of-the-production-db-ec808862-20260301t0400z"},
 	} {
 		got := SnapshotName(tc.schedule, tc.claim, at)
 		if got != tc.want {
@@ -149,7 +154,7 @@ func TestSnapshotName(t *testing.T) {
 	}
 	// The time in the name is UTC whatever the time's zone.
 	ny, _ := time.LoadLocation("America/New_York")
-	if got := SnapshotName("s", "c", at.In(ny)); got != "s-c-20260301t0400z" {
+	if got := SnapshotName("s", "c", at.In(ny)); got != "s-c-5d830f44-20260301t0400z" {
 		t.Errorf("got %q", got)
 	}
 }

@@ -2,15 +2,12 @@ package schedule
 
 import (
 	"context"
-	"fmt"
 	"time"
 
-	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/client-go/tools/cache"
 
 	schedulev1alpha1 "github.com/shutter-csi/shutter/client/apis/snapshotschedule/v1alpha1"
 	groupv1 "github.com/shutter-csi/shutter/client/apis/volumegroupsnapshot/v1"
@@ -18,71 +15,95 @@ import (
 	clientset "github.com/shutter-csi/shutter/client/clientset/versioned"
 	grouplisters "github.com/shutter-csi/shutter/client/listers/volumegroupsnapshot/v1"
 	snapshotlisters "github.com/shutter-csi/shutter/client/listers/volumesnapshot/v1"
+	"github.com/shutter-csi/shutter/pkg/controller"
+	"github.com/shutter-csi/shutter/pkg/kube"
 )
 
 // kind is what a schedule takes each run: a VolumeSnapshot per claim, or one
 // VolumeGroupSnapshot of all claims. The reconciler is written once against it.
 type kind interface {
-	// list returns the schedule's snapshots that are not being deleted.
-	list(s *schedulev1alpha1.SnapshotSchedule) ([]Item, error)
-	// create takes the run at t of the selected claims and returns what it made (or found). An
-	// object of that name that the schedule owns already is the run taken before (a restart or
-	// another replica).
-	create(ctx context.Context, s *schedulev1alpha1.SnapshotSchedule, claims []*corev1.PersistentVolumeClaim, t time.Time) ([]Item, error)
-	// delete removes one of the schedule's snapshots, if it is still the one listed.
-	// delete reports whether this call deleted it: false, without an error, when it was gone
-	// already (a lister that has not seen an earlier prune yet) or is another object now.
+	// resolve finds the schedule's recorded snapshots: the items of those that exist, and the
+	// names of the records whose object is gone, is being deleted, or is another object now.
+	resolve(ctx context.Context, s *schedulev1alpha1.SnapshotSchedule, recs []schedulev1alpha1.ScheduledSnapshot) (items []Item, gone []string)
+	// create takes the run at t of claim ("" for the group snapshot). When the run's name holds
+	// an object whose uid is not recorded, the run is taken under a name the API server
+	// generates, and squatted is the name found taken.
+	create(ctx context.Context, s *schedulev1alpha1.SnapshotSchedule, claim string, t time.Time, recorded func(types.UID) bool) (it Item, squatted string, err error)
+	// delete removes one of the schedule's snapshots, if it is still the one recorded. It
+	// reports whether this call deleted it: false, without an error, when it was gone already
+	// or is another object now.
 	delete(ctx context.Context, namespace string, it Item) (bool, error)
+	// own gives the item's object the schedule's owner reference (on) or takes it away.
+	own(ctx context.Context, s *schedulev1alpha1.SnapshotSchedule, it Item, on bool) error
+	// name is the kind's name in events.
+	name() string
 }
 
-// volumeSnapshots is the kind of schedules with group: false.
-type volumeSnapshots struct {
-	client clientset.Interface
-	lister snapshotlisters.VolumeSnapshotLister
-	// indexer finds a schedule's snapshots by bySchedule.
-	indexer cache.Indexer
+// runKind is kind for snapshots of type T.
+type runKind[T kube.Object[T]] struct {
+	kindName string
+	// get reads the informer's copy; read asks the API server.
+	get    func(namespace, name string) (T, error)
+	read   func(ctx context.Context, namespace, name string) (T, error)
+	writer *kube.Writer[T]
+	// blank returns an empty object; build one with the spec a run of claim takes.
+	blank func() T
+	build func(s *schedulev1alpha1.SnapshotSchedule, claim string) T
+	// describe returns what retention needs of an object: its series and state.
+	describe func(T) (series string, state State)
 }
 
-// bySchedule indexes VolumeSnapshots by "namespace/schedule" of their schedule label: with
-// 50,000 snapshots in a namespace, listing a schedule's through a label selector looked at every
-// one of them, for each schedule's every sync.
-const bySchedule = "schedule"
-
-func snapshotsBySchedule(obj any) ([]string, error) {
-	if m, ok := obj.(metav1.Object); ok {
-		if name := m.GetLabels()[schedulev1alpha1.LabelSchedule]; name != "" {
-			return []string{m.GetNamespace() + "/" + name}, nil
-		}
+func newVolumeSnapshots(client clientset.Interface, lister snapshotlisters.VolumeSnapshotLister, w *kube.Writer[*snapshotv1.VolumeSnapshot]) kind {
+	return &runKind[*snapshotv1.VolumeSnapshot]{
+		kindName: "VolumeSnapshot", writer: w,
+		get: func(ns, name string) (*snapshotv1.VolumeSnapshot, error) { return lister.VolumeSnapshots(ns).Get(name) },
+		read: func(ctx context.Context, ns, name string) (*snapshotv1.VolumeSnapshot, error) {
+			return client.SnapshotV1().VolumeSnapshots(ns).Get(ctx, name, metav1.GetOptions{})
+		},
+		blank: func() *snapshotv1.VolumeSnapshot { return &snapshotv1.VolumeSnapshot{} },
+		build: func(s *schedulev1alpha1.SnapshotSchedule, claim string) *snapshotv1.VolumeSnapshot {
+			vs := &snapshotv1.VolumeSnapshot{Spec: snapshotv1.VolumeSnapshotSpec{
+				Source: snapshotv1.VolumeSnapshotSource{PersistentVolumeClaimName: &claim}}}
+			if tpl := s.Spec.SnapshotTemplate; tpl != nil {
+				vs.Spec.VolumeSnapshotClassName = tpl.VolumeSnapshotClassName
+			}
+			return vs
+		},
+		describe: func(vs *snapshotv1.VolumeSnapshot) (string, State) {
+			claim := ""
+			if vs.Spec.Source.PersistentVolumeClaimName != nil {
+				claim = *vs.Spec.Source.PersistentVolumeClaimName
+			}
+			return claim, snapshotState(vs.Status)
+		},
 	}
-	return nil, nil
 }
 
-func (k volumeSnapshots) list(s *schedulev1alpha1.SnapshotSchedule) ([]Item, error) {
-	vss, err := k.snapshotsOf(s)
-	return owned(s, vss, err, func(vs *snapshotv1.VolumeSnapshot) (Item, bool) {
-		if vs.Spec.Source.PersistentVolumeClaimName == nil {
-			return Item{}, false
-		}
-		return item(vs, *vs.Spec.Source.PersistentVolumeClaimName, snapshotState(vs.Status)), true
-	})
-}
-
-// owned turns the objects the schedule owns and that are not being deleted into items; toItem
-// leaves one out by returning false. err is the listing's.
-func owned[T metav1.Object](s *schedulev1alpha1.SnapshotSchedule, objs []T, err error, toItem func(T) (Item, bool)) ([]Item, error) {
-	if err != nil {
-		return nil, err
+func newVolumeGroupSnapshots(client clientset.Interface, lister grouplisters.VolumeGroupSnapshotLister, w *kube.Writer[*groupv1.VolumeGroupSnapshot]) kind {
+	return &runKind[*groupv1.VolumeGroupSnapshot]{
+		kindName: "VolumeGroupSnapshot", writer: w,
+		get: func(ns, name string) (*groupv1.VolumeGroupSnapshot, error) {
+			return lister.VolumeGroupSnapshots(ns).Get(name)
+		},
+		read: func(ctx context.Context, ns, name string) (*groupv1.VolumeGroupSnapshot, error) {
+			return client.GroupsnapshotV1().VolumeGroupSnapshots(ns).Get(ctx, name, metav1.GetOptions{})
+		},
+		blank: func() *groupv1.VolumeGroupSnapshot { return &groupv1.VolumeGroupSnapshot{} },
+		build: func(s *schedulev1alpha1.SnapshotSchedule, _ string) *groupv1.VolumeGroupSnapshot {
+			vgs := &groupv1.VolumeGroupSnapshot{Spec: groupv1.VolumeGroupSnapshotSpec{
+				Source: groupv1.VolumeGroupSnapshotSource{Selector: s.Spec.ClaimSelector.DeepCopy()}}}
+			if tpl := s.Spec.SnapshotTemplate; tpl != nil {
+				vgs.Spec.VolumeGroupSnapshotClassName = tpl.VolumeGroupSnapshotClassName
+			}
+			return vgs
+		},
+		describe: func(vgs *groupv1.VolumeGroupSnapshot) (string, State) {
+			if st := vgs.Status; st != nil {
+				return "", snapshotState(&snapshotv1.VolumeSnapshotStatus{ReadyToUse: st.ReadyToUse, Error: st.Error})
+			}
+			return "", Pending
+		},
 	}
-	var items []Item
-	for _, obj := range objs {
-		if obj.GetDeletionTimestamp() != nil || !ownedBy(obj, s) {
-			continue
-		}
-		if it, ok := toItem(obj); ok {
-			items = append(items, it)
-		}
-	}
-	return items, nil
 }
 
 func snapshotState(st *snapshotv1.VolumeSnapshotStatus) State {
@@ -97,171 +118,138 @@ func snapshotState(st *snapshotv1.VolumeSnapshotStatus) State {
 	return Pending
 }
 
-func (k volumeSnapshots) create(ctx context.Context, s *schedulev1alpha1.SnapshotSchedule, claims []*corev1.PersistentVolumeClaim, t time.Time) ([]Item, error) {
-	var made []Item
-	for _, pvc := range claims {
-		vs := &snapshotv1.VolumeSnapshot{
-			ObjectMeta: objectMeta(s, SnapshotName(s.Name, pvc.Name, t), t),
-			Spec: snapshotv1.VolumeSnapshotSpec{
-				Source: snapshotv1.VolumeSnapshotSource{PersistentVolumeClaimName: &pvc.Name},
-			},
-		}
-		if tpl := s.Spec.SnapshotTemplate; tpl != nil {
-			vs.Spec.VolumeSnapshotClassName = tpl.VolumeSnapshotClassName
-		}
-		if err := createRun(ctx, s, k.client.SnapshotV1().VolumeSnapshots(s.Namespace), "VolumeSnapshot", vs); err != nil {
-			return made, err
-		}
-		made = append(made, Item{Name: vs.Name, Series: pvc.Name, Time: t, State: Pending})
+func (k *runKind[T]) name() string { return k.kindName }
+
+// lookup returns the newest copy of an object: the lister's, or this reconciler's own write
+// the informer has not delivered yet (a snapshot just created).
+func (k *runKind[T]) lookup(namespace, name string) (T, bool) {
+	obj, err := k.get(namespace, name)
+	if err != nil {
+		return k.writer.Cache().Get(controller.Key{Namespace: namespace, Name: name})
 	}
-	return made, nil
+	return k.writer.Cache().Latest(obj), true
 }
 
-func (k volumeSnapshots) delete(ctx context.Context, namespace string, it Item) (bool, error) {
-	err := k.client.SnapshotV1().VolumeSnapshots(namespace).Delete(ctx, it.Name, preconditions(it.UID))
-	return deleted(err)
-}
-
-// snapshotsOf returns the snapshots that carry s's label.
-func (k volumeSnapshots) snapshotsOf(s *schedulev1alpha1.SnapshotSchedule) ([]*snapshotv1.VolumeSnapshot, error) {
-	objs, err := k.indexer.ByIndex(bySchedule, s.Namespace+"/"+s.Name)
-	out := make([]*snapshotv1.VolumeSnapshot, 0, len(objs))
-	for _, obj := range objs {
-		if vs, ok := obj.(*snapshotv1.VolumeSnapshot); ok {
-			out = append(out, vs)
+// resolve reads a record the informer does not show from the API server before it calls it
+// gone: the informer may lag behind the status that recorded it (another replica's create).
+func (k *runKind[T]) resolve(ctx context.Context, s *schedulev1alpha1.SnapshotSchedule, recs []schedulev1alpha1.ScheduledSnapshot) ([]Item, []string) {
+	var items []Item
+	var gone []string
+	for _, rec := range recs {
+		obj, ok := k.lookup(s.Namespace, rec.Name)
+		if !ok || obj.GetUID() != rec.UID {
+			var err error
+			if obj, err = k.read(ctx, s.Namespace, rec.Name); err != nil && !apierrors.IsNotFound(err) {
+				// Cannot tell: keep the record, leave the snapshot out of this sync.
+				continue
+			}
+			ok = err == nil
 		}
-	}
-	return out, err
-}
-
-// volumeGroupSnapshots is the kind of schedules with group: true.
-type volumeGroupSnapshots struct {
-	client clientset.Interface
-	lister grouplisters.VolumeGroupSnapshotLister
-}
-
-func (k volumeGroupSnapshots) list(s *schedulev1alpha1.SnapshotSchedule) ([]Item, error) {
-	vgss, err := k.lister.VolumeGroupSnapshots(s.Namespace).List(scheduleSelector(s))
-	return owned(s, vgss, err, func(vgs *groupv1.VolumeGroupSnapshot) (Item, bool) {
-		state := Pending
-		if st := vgs.Status; st != nil {
-			state = snapshotState(&snapshotv1.VolumeSnapshotStatus{ReadyToUse: st.ReadyToUse, Error: st.Error})
+		if !ok || obj.GetUID() != rec.UID || obj.GetDeletionTimestamp() != nil {
+			gone = append(gone, rec.Name)
+			continue
 		}
-		return item(vgs, "", state), true
-	})
-}
-
-func (k volumeGroupSnapshots) create(ctx context.Context, s *schedulev1alpha1.SnapshotSchedule, _ []*corev1.PersistentVolumeClaim, t time.Time) ([]Item, error) {
-	vgs := &groupv1.VolumeGroupSnapshot{
-		ObjectMeta: objectMeta(s, SnapshotName(s.Name, "", t), t),
-		Spec: groupv1.VolumeGroupSnapshotSpec{
-			Source: groupv1.VolumeGroupSnapshotSource{Selector: s.Spec.ClaimSelector.DeepCopy()},
-		},
+		items = append(items, k.item(s, obj, rec.RunTime.Time))
 	}
-	if tpl := s.Spec.SnapshotTemplate; tpl != nil {
-		vgs.Spec.VolumeGroupSnapshotClassName = tpl.VolumeGroupSnapshotClassName
-	}
-	if err := createRun(ctx, s, k.client.GroupsnapshotV1().VolumeGroupSnapshots(s.Namespace), "VolumeGroupSnapshot", vgs); err != nil {
-		return nil, err
-	}
-	return []Item{{Name: vgs.Name, Time: t, State: Pending}}, nil
+	return items, gone
 }
 
-func (k volumeGroupSnapshots) delete(ctx context.Context, namespace string, it Item) (bool, error) {
-	err := k.client.GroupsnapshotV1().VolumeGroupSnapshots(namespace).Delete(ctx, it.Name, preconditions(it.UID))
-	return deleted(err)
-}
-
-// objectMeta is the metadata of a snapshot a schedule takes for the run at t: the template's
-// labels and annotations, the schedule label, the run's time and the owner reference.
-func objectMeta(s *schedulev1alpha1.SnapshotSchedule, name string, t time.Time) metav1.ObjectMeta {
-	meta := metav1.ObjectMeta{Name: name, Namespace: s.Namespace, Labels: map[string]string{}, Annotations: map[string]string{}}
-	if tpl := s.Spec.SnapshotTemplate; tpl != nil {
-		for k, v := range tpl.Labels {
-			meta.Labels[k] = v
-		}
-		for k, v := range tpl.Annotations {
-			meta.Annotations[k] = v
-		}
-	}
-	meta.Labels[schedulev1alpha1.LabelSchedule] = s.Name
-	meta.Annotations[schedulev1alpha1.AnnotationScheduledTime] = t.UTC().Format(time.RFC3339)
-	meta.OwnerReferences = []metav1.OwnerReference{{
-		APIVersion: schedulev1alpha1.SchemeGroupVersion.String(), Kind: "SnapshotSchedule",
-		Name: s.Name, UID: s.UID, Controller: ptrTo(true),
-	}}
-	return meta
-}
-
-// runClient is the part of a generated typed client that takes a run.
-type runClient[T any] interface {
-	Create(ctx context.Context, obj T, opts metav1.CreateOptions) (T, error)
-	Get(ctx context.Context, name string, opts metav1.GetOptions) (T, error)
-}
-
-// createRun creates obj, a snapshot of kind that the run takes, through client. An object of
-// that name that is this schedule's is the run taken before; one of another owner is a name
-// clash the user must resolve.
-func createRun[T metav1.Object](ctx context.Context, s *schedulev1alpha1.SnapshotSchedule, client runClient[T], kind string, obj T) error {
-	_, err := client.Create(ctx, obj, metav1.CreateOptions{})
+func (k *runKind[T]) create(ctx context.Context, s *schedulev1alpha1.SnapshotSchedule, claim string, t time.Time,
+	recorded func(types.UID) bool) (Item, string, error) {
+	name := SnapshotName(s.Name, claim, t)
+	obj := k.build(s, claim)
+	setMeta(obj, s, name, t)
+	made, err := k.writer.Create(ctx, obj)
+	squatted := ""
 	if apierrors.IsAlreadyExists(err) {
-		var found T
-		if found, err = client.Get(ctx, obj.GetName(), metav1.GetOptions{}); err == nil && !ownedBy(found, s) {
-			err = fmt.Errorf("%w: %s exists and does not belong to this schedule", errNameTaken, obj.GetName())
+		if held, rerr := k.read(ctx, s.Namespace, name); rerr == nil && recorded(held.GetUID()) {
+			return k.item(s, held, t), "", nil // taken before: a retry whose status write failed
 		}
+		// Not the schedule's: whoever created it may have chosen its content and time. The
+		// run is taken all the same, under a name nobody can know in advance.
+		squatted = name
+		obj.SetName("")
+		obj.SetGenerateName(name + "-")
+		made, err = k.writer.Create(ctx, obj)
 	}
 	if err != nil {
-		return fmt.Errorf("create %s %s: %w", kind, obj.GetName(), err)
+		return Item{}, squatted, err
 	}
-	return nil
+	return k.item(s, made, t), squatted, nil
 }
 
-// withMade adds to the listed items those just made that the informer does not show yet.
-func withMade(items, made []Item) []Item {
-	listed := map[string]bool{}
-	for _, it := range items {
-		listed[it.Name] = true
+func (k *runKind[T]) delete(ctx context.Context, namespace string, it Item) (bool, error) {
+	obj := k.blank()
+	obj.SetNamespace(namespace)
+	obj.SetName(it.Name)
+	obj.SetUID(it.UID)
+	return deleted(k.writer.Delete(ctx, obj))
+}
+
+func (k *runKind[T]) own(ctx context.Context, s *schedulev1alpha1.SnapshotSchedule, it Item, on bool) error {
+	obj, ok := k.lookup(s.Namespace, it.Name)
+	if !ok || obj.GetUID() != it.UID {
+		return nil
 	}
-	for _, it := range made {
-		if !listed[it.Name] {
-			items = append(items, it)
+	upd := obj.DeepCopy()
+	var refs []metav1.OwnerReference
+	for _, ref := range obj.GetOwnerReferences() {
+		if ref.UID != s.UID {
+			refs = append(refs, ref)
 		}
 	}
-	return items
+	if on {
+		refs = append(refs, ownerReference(s))
+	}
+	upd.SetOwnerReferences(refs)
+	_, err := k.writer.Patch(ctx, obj, upd)
+	return err
 }
 
-// item turns a snapshot into what retention sees.
-func item(obj metav1.Object, series string, state State) Item {
-	at := obj.GetCreationTimestamp().Time
-	if v, ok := obj.GetAnnotations()[schedulev1alpha1.AnnotationScheduledTime]; ok {
-		if t, err := time.Parse(time.RFC3339, v); err == nil {
-			at = t
+// item turns one of the schedule's snapshots, taken for the run at t, into what retention sees.
+func (k *runKind[T]) item(s *schedulev1alpha1.SnapshotSchedule, obj T, t time.Time) Item {
+	series, state := k.describe(obj)
+	return Item{Name: obj.GetName(), UID: obj.GetUID(), Series: series, Time: t, State: state,
+		Keep: obj.GetLabels()[schedulev1alpha1.LabelKeep] == "true", Owned: hasOwner(obj, s)}
+}
+
+// setMeta gives a snapshot the schedule takes for the run at t its name, the template's labels
+// and annotations, the schedule label, the run's time and, when the schedule asks for it, the
+// owner reference.
+func setMeta(obj metav1.Object, s *schedulev1alpha1.SnapshotSchedule, name string, t time.Time) {
+	lbls, ann := map[string]string{}, map[string]string{}
+	if tpl := s.Spec.SnapshotTemplate; tpl != nil {
+		for k, v := range tpl.Labels {
+			lbls[k] = v
+		}
+		for k, v := range tpl.Annotations {
+			ann[k] = v
 		}
 	}
-	return Item{Name: obj.GetName(), UID: obj.GetUID(), Series: series, Time: at, State: state,
-		Keep: obj.GetLabels()[schedulev1alpha1.LabelKeep] == "true"}
-}
-
-func scheduleSelector(s *schedulev1alpha1.SnapshotSchedule) labels.Selector {
-	return labels.SelectorFromSet(labels.Set{schedulev1alpha1.LabelSchedule: s.Name})
-}
-
-// ownedBy tells whether obj carries the schedule's owner reference (label and name alone could
-// be copied by anyone).
-func ownedBy(obj metav1.Object, s *schedulev1alpha1.SnapshotSchedule) bool {
-	if obj.GetLabels()[schedulev1alpha1.LabelSchedule] != s.Name {
-		return false
+	lbls[schedulev1alpha1.LabelSchedule] = s.Name
+	ann[schedulev1alpha1.AnnotationScheduledTime] = t.UTC().Format(time.RFC3339)
+	obj.SetName(name)
+	obj.SetNamespace(s.Namespace)
+	obj.SetLabels(lbls)
+	obj.SetAnnotations(ann)
+	if s.Spec.DeleteSnapshotsWithSchedule {
+		obj.SetOwnerReferences([]metav1.OwnerReference{ownerReference(s)})
 	}
+}
+
+func ownerReference(s *schedulev1alpha1.SnapshotSchedule) metav1.OwnerReference {
+	return metav1.OwnerReference{APIVersion: schedulev1alpha1.SchemeGroupVersion.String(), Kind: "SnapshotSchedule",
+		Name: s.Name, UID: s.UID, Controller: ptrTo(true)}
+}
+
+// hasOwner tells whether obj carries the schedule's owner reference.
+func hasOwner(obj metav1.Object, s *schedulev1alpha1.SnapshotSchedule) bool {
 	for _, ref := range obj.GetOwnerReferences() {
 		if ref.UID == s.UID {
 			return true
 		}
 	}
 	return false
-}
-
-func preconditions(uid types.UID) metav1.DeleteOptions {
-	return metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &uid}}
 }
 
 // deleted turns a DELETE's error into whether it deleted the object: NotFound (gone already)

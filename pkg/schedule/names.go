@@ -14,26 +14,32 @@ const nameTimeLayout = "20060102t1504z"
 // well within the 253 characters of an object name.
 const maxNameLength = 63
 
-// hashLength is how many hex digits of the hash stand in for a name too long to spell out.
-const hashLength = 10
+// hashLength is how many hex digits of the hash of schedule and claim a name carries.
+const hashLength = 8
 
-// SnapshotName is the name of the snapshot a schedule takes of claim for the run at t (the
-// group snapshot's name when claim is empty): <schedule>-<claim>-<UTC time>. It depends on
-// nothing else, so a restarted controller or a second replica finds the run already taken.
-// When longer than 63 characters, the schedule and claim part is cut and a hash of the whole of
-// it is added, so names stay distinct.
+// SnapshotName is the name of the snapshot a schedule takes of claim for the run at t:
+// <schedule>-<claim>-<hash>-<UTC time>, where hash is the start of the SHA-256 of
+// "<schedule>/<claim>". Names hold dashes, so schedule a with claim b-c and schedule a-b with
+// claim c would spell the same <schedule>-<claim>; the hash keeps them apart ("/" is in no name).
+// A group snapshot (claim empty) is <schedule>-<UTC time>: one schedule, one name. A name longer
+// than 63 characters has its schedule and claim part cut (and a group name gains the hash).
+//
+// The name depends on nothing else, so a controller that takes a run again finds what it took.
+// Being predictable, it may be taken by someone else first: the schedule then takes the run
+// under a name the API server generates from this one (see kind.create).
 func SnapshotName(schedule, claim string, t time.Time) string {
+	stamp := t.UTC().Format(nameTimeLayout)
+	if claim == "" && len(schedule)+1+len(stamp) <= maxNameLength {
+		return schedule + "-" + stamp
+	}
 	base := schedule
 	if claim != "" {
 		base += "-" + claim
 	}
-	stamp := t.UTC().Format(nameTimeLayout)
-	if len(base)+1+len(stamp) <= maxNameLength {
-		return base + "-" + stamp
-	}
 	sum := sha256.Sum256([]byte(schedule + "/" + claim))
 	hash := hex.EncodeToString(sum[:])[:hashLength]
-	keep := maxNameLength - len(stamp) - len(hash) - 2
-	prefix := strings.TrimRight(base[:keep], "-.")
-	return prefix + "-" + hash + "-" + stamp
+	if keep := maxNameLength - len(stamp) - len(hash) - 2; len(base) > keep {
+		base = strings.TrimRight(base[:keep], "-.")
+	}
+	return base + "-" + hash + "-" + stamp
 }

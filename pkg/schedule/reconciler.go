@@ -3,23 +3,29 @@
 // schedule's retention policy.
 //
 // Invariants, kept by every transition:
-//   - A run's snapshots are named from the schedule, the claim and the run's UTC time only, so a
-//     restarted controller or a second replica that takes the same run finds it taken
-//     (AlreadyExists) instead of taking it twice.
+//   - The schedule's snapshots are those recorded, by uid, in its status.snapshots (records.go);
+//     a record is added only by the create that made the snapshot. Nothing a snapshot carries
+//     (name, label, annotation, owner reference) makes it the schedule's.
+//   - A run's snapshots are named from the schedule, the claim and the run's UTC time only
+//     (names.go), so a retry finds what it took (recorded, or pending in memory while its status
+//     write failed) instead of taking it twice. A name that holds an object not recorded is not
+//     adopted: the run takes a generated name.
 //   - At most one run is taken per sync: the latest one due. Runs before it, and a run later than
 //     startingDeadlineSeconds, are counted as missed, never taken as a burst.
-//   - Only snapshots with the schedule's label and owner reference are ever pruned; never one
-//     labelled snapshot.shutter.dev/keep=true, never one still being taken, and a failed one
-//     never makes a ready one go (see Policy).
+//   - Only recorded snapshots are ever pruned, by a delete with their uid as precondition;
+//     never one labelled snapshot.shutter.dev/keep=true, never one still being taken, and a
+//     failed one never makes a ready one go (see Policy).
+//   - The schedule's owner reference is on its snapshots exactly while
+//     spec.deleteSnapshotsWithSchedule is true: by default deleting a schedule leaves its backups.
 //   - Each schedule has one timer, on the reconciler's clock, that adds its key to the queue at
 //     its next run; nothing polls. (The queue's own delays, its retries, stay on real time.)
-//   - Status is written through the status subresource, only when it changed, with the
-//     resourceVersion as precondition, and remembered in the own-write cache.
+//   - Every write goes through the write layer (writes.go): counted, remembered in the
+//     own-write cache. Status is written through the status subresource, only when it changed,
+//     with the resourceVersion as precondition.
 package schedule
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"sync"
 	"sync/atomic"
@@ -36,8 +42,6 @@ import (
 	schedulelisters "github.com/shutter-csi/shutter/client/listers/snapshotschedule/v1alpha1"
 	"github.com/shutter-csi/shutter/pkg/controller"
 )
-
-var errNameTaken = errors.New("snapshot name taken")
 
 // Options configure the reconciler.
 type Options struct {
@@ -63,11 +67,13 @@ type Reconciler struct {
 	claims    corelisters.PersistentVolumeClaimLister
 	snapshots kind
 	// groups is the kind of group schedules once the group snapshot kinds are served.
-	groups atomic.Pointer[volumeGroupSnapshots]
+	groups atomic.Pointer[kind]
 
-	statusWrites *controller.Writes[*schedulev1alpha1.SnapshotSchedule]
-	queue        *controller.Queue[controller.Key]
-	synced       []cache.InformerSynced
+	writes *writeLayer
+	// pending are the records of snapshots created but not yet in a status write.
+	pending *pendingRecords
+	queue   *controller.Queue[controller.Key]
+	synced  []cache.InformerSynced
 
 	// timersMu guards timers, each schedule's wake-up at its next run.
 	timersMu sync.Mutex
@@ -93,7 +99,7 @@ func (r *Reconciler) syncKey(ctx context.Context, key controller.Key) error {
 		r.wakeAt(key, time.Time{})
 		return ignoreNotFound(err)
 	}
-	s = r.statusWrites.Latest(s)
+	s = r.writes.schedules.Cache().Latest(s)
 	logger := klog.FromContext(ctx).WithValues("snapshotschedule", klog.KObj(s))
 	return r.sync(klog.NewContext(ctx, logger), s)
 }

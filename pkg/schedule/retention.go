@@ -34,6 +34,8 @@ type Item struct {
 	State State
 	// Keep is the user's snapshot.shutter.dev/keep=true label: never pruned, never counted.
 	Keep bool
+	// Owned is true while the snapshot carries the schedule's owner reference.
+	Owned bool
 }
 
 // Policy is a parsed spec.retention; the zero Policy keeps everything.

@@ -19,6 +19,7 @@ import (
 	clientset "github.com/shutter-csi/shutter/client/clientset/versioned"
 	snapinformers "github.com/shutter-csi/shutter/client/informers/externalversions"
 	"github.com/shutter-csi/shutter/pkg/controller"
+	"github.com/shutter-csi/shutter/pkg/kube"
 )
 
 // Config is what the snapshot-controller hands the schedule reconciler: its clients, the
@@ -33,7 +34,9 @@ type Config struct {
 	Recorder      record.EventRecorder
 	// Registerer receives the schedule metrics once the reconciler starts; nil for none.
 	Registerer prometheus.Registerer
-	Options    Options
+	// Writes tunes the write layer: its Count is the snapshot-controller's count of API writes.
+	Writes  kube.WriterOptions
+	Options Options
 }
 
 // crdPoll is how often the controller checks whether the schedule and group CRDs are served.
@@ -50,26 +53,21 @@ func New(cfg Config) (*Reconciler, error) {
 		opts.Clock = clock.RealClock{}
 	}
 	r := &Reconciler{opts: opts, client: cfg.Client, recorder: cfg.Recorder, clock: opts.Clock,
-		timers:       map[controller.Key]clock.Timer{},
-		statusWrites: controller.NewWrites[*schedulev1alpha1.SnapshotSchedule]().WithTrim(controller.Trimmed[*schedulev1alpha1.SnapshotSchedule](controller.TrimMeta)),
-	}
+		timers: map[controller.Key]clock.Timer{}, writes: newWriteLayer(cfg.Client, cfg.Writes), pending: newPendingRecords()}
 	r.queue = controller.NewQueue("snapshotschedule", opts.Retry, r.syncKey)
 	schedules := cfg.SnapInformers.Schedule().V1alpha1().SnapshotSchedules()
 	vs := cfg.SnapInformers.Snapshot().V1().VolumeSnapshots()
 	pvc := cfg.KubeInformers.Core().V1().PersistentVolumeClaims()
 	r.schedules, r.claims = schedules.Lister(), pvc.Lister()
-	if err := vs.Informer().AddIndexers(cache.Indexers{bySchedule: snapshotsBySchedule}); err != nil {
-		return nil, fmt.Errorf("add indexers: %w", err)
-	}
-	r.snapshots = volumeSnapshots{client: cfg.Client, lister: vs.Lister(), indexer: vs.Informer().GetIndexer()}
+	r.snapshots = newVolumeSnapshots(cfg.Client, vs.Lister(), r.writes.snapshots)
 	for _, h := range []struct {
 		informer cache.SharedIndexInformer
 		handler  cache.ResourceEventHandler
 	}{
-		{schedules.Informer(), controller.Handler(r.statusWrites, func(s *schedulev1alpha1.SnapshotSchedule) {
+		{schedules.Informer(), controller.Handler(r.writes.schedules.Cache(), func(s *schedulev1alpha1.SnapshotSchedule) {
 			r.queue.Add(controller.KeyOf(s))
 		})},
-		{vs.Informer(), controller.Handler(nil, func(vs *snapshotv1.VolumeSnapshot) { r.onSnapshot(vs.Namespace, vs.Labels) })},
+		{vs.Informer(), controller.Handler(r.writes.snapshots.Cache(), func(vs *snapshotv1.VolumeSnapshot) { r.onSnapshot(vs.Namespace, vs.Labels) })},
 	} {
 		if _, err := h.informer.AddEventHandler(h.handler); err != nil {
 			return nil, fmt.Errorf("add event handler: %w", err)
@@ -84,7 +82,7 @@ func New(cfg Config) (*Reconciler, error) {
 // the caller starts again), and looks at every group schedule again.
 func (r *Reconciler) EnableGroups(ctx context.Context, factory snapinformers.SharedInformerFactory) error {
 	vgs := factory.Groupsnapshot().V1().VolumeGroupSnapshots()
-	if _, err := vgs.Informer().AddEventHandler(controller.Handler(nil, func(g *groupv1.VolumeGroupSnapshot) {
+	if _, err := vgs.Informer().AddEventHandler(controller.Handler(r.writes.groups.Cache(), func(g *groupv1.VolumeGroupSnapshot) {
 		r.onSnapshot(g.Namespace, g.Labels)
 	})); err != nil {
 		return fmt.Errorf("add event handler: %w", err)
@@ -93,7 +91,8 @@ func (r *Reconciler) EnableGroups(ctx context.Context, factory snapinformers.Sha
 	if !cache.WaitForCacheSync(ctx.Done(), vgs.Informer().HasSynced) {
 		return ctx.Err()
 	}
-	r.groups.Store(&volumeGroupSnapshots{client: r.client, lister: vgs.Lister()})
+	groups := newVolumeGroupSnapshots(r.client, vgs.Lister(), r.writes.groups)
+	r.groups.Store(&groups)
 	list, err := r.schedules.List(everything())
 	if err != nil {
 		return err

@@ -21,12 +21,15 @@ type status struct {
 	pruned int64
 }
 
-func newStatus(s *schedulev1alpha1.SnapshotSchedule, now time.Time) *status {
+// newStatus starts from the schedule's status, with the records of snapshots created by earlier
+// syncs whose status write failed (pending).
+func newStatus(s *schedulev1alpha1.SnapshotSchedule, now time.Time, pending []schedulev1alpha1.ScheduledSnapshot) *status {
 	st := &status{now: metav1.NewTime(now)}
 	if s.Status != nil {
 		st.SnapshotScheduleStatus = *s.Status.DeepCopy()
 	}
 	st.ObservedGeneration = s.Generation
+	st.record(pending...)
 	return st
 }
 
@@ -151,17 +154,16 @@ func (st *status) observe(items []Item) string {
 }
 
 // writeStatus writes st if it differs from the schedule's status, with the schedule's
-// resourceVersion as precondition, and remembers the write.
+// resourceVersion as precondition; the write layer remembers the write. Once the status holds
+// them, the pending records of the schedule are dropped.
 func (r *Reconciler) writeStatus(ctx context.Context, s *schedulev1alpha1.SnapshotSchedule, st *status) error {
-	if s.Status != nil && apiequality.Semantic.DeepEqual(*s.Status, st.SnapshotScheduleStatus) {
-		return nil
+	if s.Status == nil || !apiequality.Semantic.DeepEqual(*s.Status, st.SnapshotScheduleStatus) {
+		upd := s.DeepCopy()
+		upd.Status = st.SnapshotScheduleStatus.DeepCopy()
+		if _, err := r.writes.schedules.UpdateStatus(ctx, upd); err != nil {
+			return err
+		}
 	}
-	upd := s.DeepCopy()
-	upd.Status = st.SnapshotScheduleStatus.DeepCopy()
-	out, err := r.client.ScheduleV1alpha1().SnapshotSchedules(s.Namespace).UpdateStatus(ctx, upd, metav1.UpdateOptions{})
-	if err != nil {
-		return fmt.Errorf("write status: %w", err)
-	}
-	r.statusWrites.Record(out)
+	r.pending.forget(s.UID)
 	return nil
 }

@@ -4,7 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sort"
+	"strings"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -28,21 +30,25 @@ const (
 	ReasonSnapshotFailed   = "SnapshotFailed"
 	ReasonMissedRun        = "MissedRun"
 	ReasonPruneFailed      = "PruneFailed"
+	ReasonNameTaken        = "NameTaken"
+	ReasonReleased         = "SnapshotsReleased"
 	ReasonScheduled        = "Scheduled"
 	ReasonSuspended        = "Suspended"
 	ReasonRunning          = "Running"
 )
 
 // sync is the schedule's state diagram: an invalid spec stops it; a suspended schedule only
-// reports; otherwise the run due (if any) is taken or counted as missed, the snapshots are
-// pruned, the status is written, and the key waits for the next run.
+// reports; otherwise the run due (if any) is taken or counted as missed, the schedule's
+// recorded snapshots are pruned and given or relieved of its owner reference, the status is
+// written, and the key waits for the next run.
 func (r *Reconciler) sync(ctx context.Context, s *schedulev1alpha1.SnapshotSchedule) error {
 	key := controller.KeyOf(s)
 	if s.DeletionTimestamp != nil {
 		r.wakeAt(key, time.Time{})
+		r.pending.forget(s.UID) // no status will hold them
 		return nil
 	}
-	st := newStatus(s, r.now())
+	st := newStatus(s, r.now(), r.pending.get(s.UID))
 	r.wakeAt(key, time.Time{})
 	c, policy, err := parseSpec(s)
 	if err != nil {
@@ -58,19 +64,15 @@ func (r *Reconciler) sync(ctx context.Context, s *schedulev1alpha1.SnapshotSched
 	}
 	st.resume()
 	now := r.now()
-	items, err := k.list(s)
-	if err != nil {
-		return err
-	}
+	items, gone := k.resolve(ctx, s, st.Snapshots)
+	st.forget(gone...)
 	made, err := r.runDue(ctx, s, st, c, k, items, now)
 	if err != nil {
 		return err
 	}
-	if items, err = k.list(s); err != nil {
-		return err
-	}
-	items = withMade(items, made)
+	items = st.held(append(items, made...))
 	items = r.prune(ctx, s, st, k, policy, c.Location(), items, now)
+	ownErr := r.own(ctx, s, k, items)
 	if msg := st.observe(items); msg != "" {
 		r.recorder.Event(s, corev1.EventTypeWarning, ReasonSnapshotFailed, msg)
 		scheduleFailures.WithLabelValues(ReasonSnapshotFailed).Inc()
@@ -81,7 +83,10 @@ func (r *Reconciler) sync(ctx context.Context, s *schedulev1alpha1.SnapshotSched
 	// and lets the time pass finds the timer running.
 	r.wakeAt(key, next)
 	scheduleNextRun.Observe(next.Sub(now).Seconds())
-	return r.writeStatus(ctx, s, st)
+	if err := r.writeStatus(ctx, s, st); err != nil {
+		return err
+	}
+	return ownErr
 }
 
 // runDue takes the latest run due since the last one dealt with, or counts it missed. It
@@ -105,11 +110,11 @@ func (r *Reconciler) runDue(ctx context.Context, s *schedulev1alpha1.SnapshotSch
 	if earlier > 0 {
 		r.missed(s, st, time.Time{}, earlier, "their time passed while the controller was down, the schedule was suspended or a run was held back")
 	}
-	return r.take(ctx, s, st, k, due, late)
+	return r.take(ctx, s, st, k, items, due, late)
 }
 
 // take creates the run's snapshots and records the run in st.
-func (r *Reconciler) take(ctx context.Context, s *schedulev1alpha1.SnapshotSchedule, st *status, k kind,
+func (r *Reconciler) take(ctx context.Context, s *schedulev1alpha1.SnapshotSchedule, st *status, k kind, items []Item,
 	due time.Time, late time.Duration) ([]Item, error) {
 	claims, err := r.selectClaims(s)
 	if err != nil {
@@ -122,23 +127,58 @@ func (r *Reconciler) take(ctx context.Context, s *schedulev1alpha1.SnapshotSched
 		scheduleRuns.WithLabelValues(metrics.RunFailed).Inc()
 		return nil, nil
 	}
-	made, err := k.create(ctx, s, claims, due)
+	series := []string{""} // one group snapshot of them all
+	if !s.Spec.Group {
+		series = claims
+	}
+	made, err := r.create(ctx, s, st, k, series, items, due)
 	switch {
 	case err == nil:
 		st.taken(due, "", "")
-	case errors.Is(err, errNameTaken) || apierrors.IsInvalid(err) || apierrors.IsBadRequest(err) || apierrors.IsForbidden(err):
+	case apierrors.IsInvalid(err) || apierrors.IsBadRequest(err) || apierrors.IsForbidden(err):
 		// Not going to change by retrying; the next run may fare better.
 		r.recorder.Event(s, corev1.EventTypeWarning, ReasonCreateFailed, err.Error())
 		st.taken(due, ReasonCreateFailed, err.Error())
 		scheduleRuns.WithLabelValues(metrics.RunFailed).Inc()
 		return made, nil
 	default:
-		// The run is not recorded, so the retry takes it again, by the same names.
-		return nil, err
+		// The run is not recorded, so the retry takes it again: what this try made is recorded
+		// (pending), and the retry makes only the rest.
+		return made, err
 	}
 	scheduleRuns.WithLabelValues(metrics.RunTaken).Inc()
 	scheduleRunLag.Observe(late.Seconds())
 	klog.FromContext(ctx).V(2).Info("Took scheduled snapshots", "run", due, "claims", len(claims), "late", late)
+	return made, nil
+}
+
+// create takes the run at due of each series (a claim, or "" for the group snapshot) that items
+// do not hold already, and records what it made in st and in the pending records.
+func (r *Reconciler) create(ctx context.Context, s *schedulev1alpha1.SnapshotSchedule, st *status, k kind,
+	series []string, items []Item, due time.Time) ([]Item, error) {
+	var made []Item
+	for _, sr := range series {
+		if slices.ContainsFunc(items, func(it Item) bool { return it.Series == sr && it.Time.Equal(due) }) {
+			continue
+		}
+		it, squatted, err := k.create(ctx, s, sr, due, st.recorded)
+		if err != nil {
+			return made, err
+		}
+		if squatted != "" {
+			r.recorder.Eventf(s, corev1.EventTypeWarning, ReasonNameTaken,
+				"%s %s exists but this schedule did not create it; the run of %s took %s instead",
+				k.name(), squatted, due.UTC().Format(time.RFC3339), it.Name)
+		}
+		rec := recordOf(it)
+		r.pending.add(s.UID, rec)
+		if released := st.record(rec); len(released) > 0 {
+			r.recorder.Eventf(s, corev1.EventTypeWarning, ReasonReleased,
+				"status.snapshots holds at most %d snapshots: %s kept but no longer counted or pruned",
+				schedulev1alpha1.MaxScheduledSnapshots, strings.Join(released, ", "))
+		}
+		made = append(made, it)
+	}
 	return made, nil
 }
 
@@ -172,6 +212,7 @@ func (r *Reconciler) prune(ctx context.Context, s *schedulev1alpha1.SnapshotSche
 			left = append(left, it)
 			continue
 		}
+		st.forget(it.Name)
 		if !done { // pruned before, by a sync whose deletion the lister had not seen yet
 			continue
 		}
@@ -182,8 +223,26 @@ func (r *Reconciler) prune(ctx context.Context, s *schedulev1alpha1.SnapshotSche
 	return left
 }
 
-// selectClaims lists the claims the selector picks, by name, leaving out those being deleted.
-func (r *Reconciler) selectClaims(s *schedulev1alpha1.SnapshotSchedule) ([]*corev1.PersistentVolumeClaim, error) {
+// own keeps the schedule's owner reference on its snapshots as spec.deleteSnapshotsWithSchedule
+// says: added when it is true, removed when it is false. It returns the first error, after
+// trying every snapshot.
+func (r *Reconciler) own(ctx context.Context, s *schedulev1alpha1.SnapshotSchedule, k kind, items []Item) error {
+	want := s.Spec.DeleteSnapshotsWithSchedule
+	var first error
+	for _, it := range items {
+		if it.Owned == want {
+			continue
+		}
+		if err := k.own(ctx, s, it, want); err != nil && first == nil {
+			first = err
+		}
+	}
+	return first
+}
+
+// selectClaims returns the names of the claims the selector picks, sorted, leaving out those
+// being deleted.
+func (r *Reconciler) selectClaims(s *schedulev1alpha1.SnapshotSchedule) ([]string, error) {
 	sel, err := metav1.LabelSelectorAsSelector(&s.Spec.ClaimSelector)
 	if err != nil {
 		return nil, fmt.Errorf("%w: claimSelector: %v", errInvalidSchedule, err)
@@ -192,13 +251,13 @@ func (r *Reconciler) selectClaims(s *schedulev1alpha1.SnapshotSchedule) ([]*core
 	if err != nil {
 		return nil, err
 	}
-	var claims []*corev1.PersistentVolumeClaim
+	var claims []string
 	for _, pvc := range all {
 		if pvc.DeletionTimestamp == nil {
-			claims = append(claims, pvc)
+			claims = append(claims, pvc.Name)
 		}
 	}
-	sort.Slice(claims, func(i, j int) bool { return claims[i].Name < claims[j].Name })
+	sort.Strings(claims)
 	return claims, nil
 }
 

@@ -20,6 +20,7 @@ import (
 	groupv1 "github.com/shutter-csi/shutter/client/apis/volumegroupsnapshot/v1"
 	snapshotv1 "github.com/shutter-csi/shutter/client/apis/volumesnapshot/v1"
 	informers "github.com/shutter-csi/shutter/client/informers/externalversions"
+	"github.com/shutter-csi/shutter/pkg/app"
 	"github.com/shutter-csi/shutter/pkg/controller"
 	"github.com/shutter-csi/shutter/pkg/kube"
 	"github.com/shutter-csi/shutter/pkg/protocol"
@@ -55,6 +56,8 @@ func (s *sidecar) run(ctx context.Context) {
 
 	_, groupCRD := crds[groupContentCRD]
 	switch {
+	case !s.opts.Groups:
+		logger.Info("Group snapshots are turned off (--feature-gates=CSIVolumeGroupSnapshot=false); not watching group contents")
 	case !s.csi.Capabilities().GroupSnapshots:
 		logger.V(2).Info("The driver does not take group snapshots; not watching group contents")
 	case !groupCRD:
@@ -163,16 +166,21 @@ func (s *sidecar) listOptions(driverSelectable bool) func(*metav1.ListOptions) {
 	}
 }
 
+// readCRDs is the rule installedCRDs needs; the upstream csi-snapshotter's RBAC lacks it.
+var readCRDs = app.Rule{Verb: "get", Group: apiextensionsv1.GroupName, Resource: "customresourcedefinitions"}
+
 // installedCRDs reads which of the content CRDs are installed: each present one maps to
 // whether it declares spec.driver as a selectable field in v1. The driver field selector is used
-// only when all present ones do. Without permission to read CRDs, both are assumed present and
-// not selectable.
+// only when all present ones do. Without permission to read CRDs (one warning says so), the API
+// server's discovery tells which kinds are served, and none is taken as selectable.
 func (s *sidecar) installedCRDs(ctx context.Context) map[string]bool {
 	logger := klog.FromContext(ctx)
-	assumed := map[string]bool{contentCRD: false, groupContentCRD: false}
+	if !app.Permitted(ctx, s.kube, "Watching only this driver's contents on the server side (a spec.driver field selector)", readCRDs) {
+		return s.servedContents(ctx)
+	}
 	cs, err := apiextensions.NewForConfig(s.cfg)
 	if err != nil {
-		return assumed
+		return s.servedContents(ctx)
 	}
 	out := map[string]bool{}
 	for _, name := range []string{contentCRD, groupContentCRD} {
@@ -190,5 +198,26 @@ func (s *sidecar) installedCRDs(ctx context.Context) map[string]bool {
 		})
 	}
 	logger.V(2).Info("Content CRDs", "selectableDriver", fmt.Sprint(out))
+	return out
+}
+
+// servedContents is installedCRDs from discovery: the content CRD is assumed installed, the group
+// content CRD only when the API server serves its kinds; neither is taken as selectable.
+func (s *sidecar) servedContents(ctx context.Context) map[string]bool {
+	out := map[string]bool{contentCRD: false}
+	list, err := s.kube.Discovery().ServerResourcesForGroupVersion(groupv1.SchemeGroupVersion.String())
+	if err != nil {
+		klog.FromContext(ctx).V(2).Info("Group snapshot kinds not served", "err", err)
+		return out
+	}
+	served := 0
+	for _, r := range list.APIResources {
+		if slices.Contains(groupResources, r.Name) {
+			served++
+		}
+	}
+	if served == len(groupResources) {
+		out[groupContentCRD] = false
+	}
 	return out
 }

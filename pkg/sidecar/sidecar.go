@@ -37,6 +37,8 @@ type Options struct {
 	SnapshotNameUUIDLength      int
 	GroupSnapshotNamePrefix     string
 	GroupSnapshotNameUUIDLength int
+	// Groups handles VolumeGroupSnapshotContents (the CSIVolumeGroupSnapshot feature gate).
+	Groups bool
 	// ExtraCreateMetadata adds the snapshot and content names to CreateSnapshot parameters.
 	ExtraCreateMetadata bool
 	// NodeName, when set (--node-deployment), limits the sidecar to objects labelled
@@ -65,6 +67,7 @@ func DefaultOptions() Options {
 		SnapshotNameUUIDLength:      -1,
 		GroupSnapshotNamePrefix:     protocol.DefaultGroupSnapshotNamePrefix,
 		GroupSnapshotNameUUIDLength: -1,
+		Groups:                      true,
 		Workers:                     10,
 		RetryIntervalStart:          time.Second,
 		RetryIntervalMax:            5 * time.Minute,
@@ -97,6 +100,7 @@ func Run(ctx context.Context, opts Options) error {
 	}
 	reg := app.Registry()
 	names.RegisterWorkqueue(reg) // before any queue exists, so every queue reports
+	names.RegisterLeaderElection(reg)
 	s := &sidecar{opts: opts, csi: driver, kube: c.kube, snapshots: c.snapshots, metrics: newMetrics(reg), cfg: cfg}
 	var wg sync.WaitGroup
 	wg.Go(func() {

@@ -62,6 +62,12 @@ type Options struct {
 	// before, if no sidecar of the driver holds a live Lease, its snapshot gets a Warning event;
 	// 0 turns the check (and the Lease watch) off.
 	SidecarLivenessThreshold time.Duration
+	// SidecarLeaseNamespaces are namespaces whose Leases count for that check besides
+	// kube-system and those of the ServiceAccounts allowed to write contents (liveness.go).
+	SidecarLeaseNamespaces []string
+	// UpdateClaims writes claims' finalizers with a read and an update instead of a patch, for
+	// roles that grant update but not patch on claims (the upstream snapshot-controller's).
+	UpdateClaims bool
 }
 
 // Clients are the controller's API clients. Each has a client-side rate limiter of its own, so
@@ -108,9 +114,9 @@ func New(clients Clients, kubeInformers informers.SharedInformerFactory,
 	if opts.StatusGrace == 0 {
 		opts.StatusGrace = 10 * time.Second
 	}
-	c := &Controller{opts: opts, clients: clients, recorder: recorder, clock: clock.RealClock{}, writes: newWriteLayer(clients)}
+	c := &Controller{opts: opts, clients: clients, recorder: recorder, clock: clock.RealClock{}, writes: newWriteLayer(clients, opts.UpdateClaims)}
 	if opts.SidecarLivenessThreshold > 0 {
-		c.liveness = newLiveness(clients.Kube, opts.SidecarLivenessThreshold)
+		c.liveness = newLiveness(clients.Kube, opts.SidecarLivenessThreshold, opts.SidecarLeaseNamespaces)
 	}
 	vs := snapInformers.Snapshot().V1().VolumeSnapshots()
 	vsc := snapInformers.Snapshot().V1().VolumeSnapshotContents()

@@ -45,6 +45,7 @@ var groupKeys = kindKeys{
 	reasonContentMissing: ReasonGroupInvalid, reasonBindingInvalid: ReasonGroupInvalid,
 	reasonReady: ReasonGroupReady, readyMessage: "Group snapshot is ready to use",
 	opCreate: metrics.OperationCreateGroup, opDelete: metrics.OperationDeleteGroup, countInputFailures: true,
+	upstream: groupUpstreamOps,
 }
 
 // groups is the group reconciler with what runs it; the controller has one once groups are
@@ -132,7 +133,8 @@ func (*groupKind) state(vgs *groupv1.VolumeGroupSnapshot) snapshotState {
 	if st == nil {
 		return snapshotState{}
 	}
-	return snapshotState{reported: true, content: deref(st.BoundVolumeGroupSnapshotContentName), ready: deref(st.ReadyToUse), err: st.Error}
+	return snapshotState{reported: true, content: deref(st.BoundVolumeGroupSnapshotContentName), ready: deref(st.ReadyToUse), err: st.Error,
+		created: st.CreationTime != nil}
 }
 
 func (*groupKind) status(vgs *groupv1.VolumeGroupSnapshot) any { return vgs.Status }

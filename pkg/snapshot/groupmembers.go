@@ -175,7 +175,8 @@ func (m members) writeStatus(ctx context.Context, vs *snapshotv1.VolumeSnapshot,
 		ReadyToUse:                ptr(info.ReadyToUse == nil || *info.ReadyToUse),
 		VolumeGroupSnapshotHandle: ptr(*group.Status.VolumeGroupSnapshotHandle),
 	}
-	if _, err := m.contentWriter.UpdateStatus(ctx, updated); err != nil {
+	// A patch: the upstream controller's role grants only patch on volumesnapshotcontents/status.
+	if _, err := m.contentWriter.PatchStatus(ctx, content, updated); err != nil {
 		return err
 	}
 	m.wake(controller.KeyOf(vs))

@@ -37,7 +37,7 @@ func TestGroupReadyEvent(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if _, err := g.r.writeStatus(context.Background(), vgs, g.r.kind.withStatus(vgs, content, true)); err != nil {
+			if _, err := g.r.writeStatus(context.Background(), vgs, g.r.kind.withStatus(vgs, content, true), content.Spec.Driver); err != nil {
 				t.Fatal(err)
 			}
 			if got := len(writes(snap.Actions())); got != tc.wantWrites {

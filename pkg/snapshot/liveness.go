@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -13,8 +14,10 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/sets"
 	coordinationinformers "k8s.io/client-go/informers/coordination/v1"
 	"k8s.io/client-go/kubernetes"
+	rbacclient "k8s.io/client-go/kubernetes/typed/rbac/v1"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/klog/v2"
 
@@ -34,17 +37,27 @@ const byLeaseName = "name"
 
 // liveness tells whether the csi-snapshotter sidecars of a driver run, from the leader-election
 // Leases they renew (no new protocol: every sidecar with leader election holds one). It watches
-// the Leases of every namespace but kube-node-lease, which holds one per node and nothing else.
+// the Leases of every namespace but kube-node-lease, which holds one per node and nothing else,
+// and counts those of the namespaces where a sidecar can run (kube.LeaseNamespaces: kube-system,
+// --sidecar-lease-namespaces, and the namespaces whose ServiceAccounts may write contents), read
+// again at each check: a tenant's Lease named like a sidecar's does not hide a dead sidecar.
 type liveness struct {
 	threshold time.Duration
 	informer  cache.SharedIndexInformer
+	rbac      rbacclient.RbacV1Interface
+	// namespaces are the operator's (--sidecar-lease-namespaces).
+	namespaces []string
+	// trusted are the namespaces whose Leases count, as last read.
+	trusted atomic.Pointer[sets.Set[string]]
+	// rbacReadable is false once reading the RBAC objects failed, so the failure is logged once.
+	rbacReadable atomic.Bool
 	// warned holds the contents warned about while they wait, so each gets one event.
 	mu     sync.Mutex
 	warned map[types.UID]bool
 	desc   *prometheus.Desc
 }
 
-func newLiveness(kube kubernetes.Interface, threshold time.Duration) *liveness {
+func newLiveness(kube kubernetes.Interface, threshold time.Duration, namespaces []string) *liveness {
 	informer := coordinationinformers.NewFilteredLeaseInformer(kube, metav1.NamespaceAll, 0,
 		cache.Indexers{byLeaseName: func(obj any) ([]string, error) {
 			if l, ok := obj.(*coordinationv1.Lease); ok {
@@ -55,18 +68,41 @@ func newLiveness(kube kubernetes.Interface, threshold time.Duration) *liveness {
 		func(o *metav1.ListOptions) {
 			o.FieldSelector = fields.OneTermNotEqualSelector("metadata.namespace", corev1.NamespaceNodeLease).String()
 		})
-	return &liveness{threshold: threshold, informer: informer, warned: map[types.UID]bool{},
+	l := &liveness{threshold: threshold, informer: informer, rbac: kube.RbacV1(), namespaces: namespaces, warned: map[types.UID]bool{},
 		desc: prometheus.NewDesc(prometheus.BuildFQName(metrics.Namespace, "", metrics.ContentsWithoutSidecar),
 			"VolumeSnapshotContents that have waited longer than --sidecar-liveness-threshold for a driver whose csi-snapshotter sidecars hold no live leader-election Lease.",
 			[]string{metrics.LabelDriver}, nil)}
+	base := sets.New(append([]string{metav1.NamespaceSystem}, namespaces...)...)
+	l.trusted.Store(&base)
+	l.rbacReadable.Store(true)
+	return l
 }
 
-// sidecarLive tells whether a Lease of driver's sidecars was renewed within its duration.
+// readTrust reads again the namespaces whose Leases count. When the RBAC objects cannot be read
+// (the controller runs with the reference RBAC, which grants no such read), it says so once and
+// counts kube-system and --sidecar-lease-namespaces only.
+func (l *liveness) readTrust(ctx context.Context) {
+	trusted, err := kube.LeaseNamespaces(ctx, l.rbac, l.namespaces)
+	if err != nil {
+		if l.rbacReadable.Swap(false) {
+			klog.FromContext(ctx).Info("Counting only the sidecar Leases in kube-system and --sidecar-lease-namespaces: "+
+				"the namespaces of the ServiceAccounts allowed to write VolumeSnapshotContents are unknown without "+
+				"list on clusterroles and clusterrolebindings (rbac.authorization.k8s.io)", "namespaces", sets.List(trusted), "err", err)
+		}
+	} else {
+		l.rbacReadable.Store(true)
+	}
+	l.trusted.Store(&trusted)
+}
+
+// sidecarLive tells whether a Lease of driver's sidecars, in a namespace where a sidecar can run,
+// was renewed within its duration.
 func (l *liveness) sidecarLive(driver string, now time.Time) bool {
+	trusted := *l.trusted.Load()
 	for _, name := range protocol.SidecarLeaseNames(driver) {
 		objs, _ := l.informer.GetIndexer().ByIndex(byLeaseName, name)
 		for _, obj := range objs {
-			if lease, ok := obj.(*coordinationv1.Lease); ok && protocol.ReadLease(lease, now).Live {
+			if lease, ok := obj.(*coordinationv1.Lease); ok && trusted.Has(lease.Namespace) && protocol.ReadLease(lease, now).Live {
 				return true
 			}
 		}
@@ -123,6 +159,7 @@ func (c *Controller) waitingContents(now time.Time) map[string][]*snapshotv1.Vol
 // for a driver without a live sidecar.
 func (c *Controller) checkLiveness(ctx context.Context) {
 	l, now := c.liveness, c.clock.Now()
+	l.readTrust(ctx)
 	waiting := c.waitingContents(now)
 	seen := map[types.UID]bool{}
 	for driver, contents := range waiting {
@@ -154,7 +191,7 @@ func (c *Controller) warnNoSidecar(ctx context.Context, content *snapshotv1.Volu
 	if content.DeletionTimestamp != nil {
 		since, what = content.DeletionTimestamp.Time, "to delete its backend snapshot"
 	}
-	msg := fmt.Sprintf("VolumeSnapshotContent %s has waited %s for the csi-snapshotter of driver %s %s, but no sidecar of that driver holds a live Lease (%s; a sidecar without leader election holds none)",
+	msg := fmt.Sprintf("VolumeSnapshotContent %s has waited %s for the csi-snapshotter of driver %s %s, but no sidecar of that driver holds a live Lease (%s; a sidecar without leader election holds none; Leases count only in namespaces where a sidecar can run)",
 		content.Name, now.Sub(since).Round(time.Second), content.Spec.Driver, what, strings.Join(protocol.SidecarLeaseNames(content.Spec.Driver), " or "))
 	klog.FromContext(ctx).Info("No live sidecar for a waiting content", "content", klog.KObj(content), "driver", content.Spec.Driver)
 	ref := content.Spec.VolumeSnapshotRef

@@ -9,7 +9,9 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	coordinationv1 "k8s.io/api/coordination/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/tools/cache"
 	clocktesting "k8s.io/utils/clock/testing"
 
@@ -18,10 +20,15 @@ import (
 
 func TestSidecarLiveness(t *testing.T) {
 	now := time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
-	lease := func(name string, renewedAgo time.Duration) *coordinationv1.Lease {
+	// leaseIn is a Lease of namespace ns renewed renewedAgo (negative: in the future).
+	leaseIn := func(ns, name string, renewedAgo time.Duration) *coordinationv1.Lease {
 		renewed := metav1.NewMicroTime(now.Add(-renewedAgo))
-		return &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "driver-ns"},
+		return &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns},
 			Spec: coordinationv1.LeaseSpec{HolderIdentity: ptr("pod-0"), LeaseDurationSeconds: ptr(int32(15)), RenewTime: &renewed}}
+	}
+	// The driver's sidecar runs in driver-ns, whose ServiceAccount may write contents.
+	lease := func(name string, renewedAgo time.Duration) *coordinationv1.Lease {
+		return leaseIn("driver-ns", name, renewedAgo)
 	}
 	waited := func(d time.Duration) func(*snapshotv1.VolumeSnapshotContent) {
 		return func(c *snapshotv1.VolumeSnapshotContent) { c.CreationTimestamp = metav1.NewTime(now.Add(-d)) }
@@ -52,6 +59,20 @@ func TestSidecarLiveness(t *testing.T) {
 			wantMetric: `shutter_snapshot_contents_without_sidecar{driver="d.example.com"} 0`},
 		{name: "waited less than the threshold", content: newContent("c", waited(time.Minute))},
 		{name: "ready content", content: newContent("c", waited(10*time.Minute), readyContent)},
+		{name: "a tenant's Lease in another namespace", content: newContent("c", waited(10*time.Minute)),
+			leases:     []*coordinationv1.Lease{leaseIn("tenant", "shutter-snapshotter-d.example.com", 3*time.Second)},
+			wantEvent:  "no sidecar of that driver holds a live Lease",
+			wantMetric: `shutter_snapshot_contents_without_sidecar{driver="d.example.com"} 1`},
+		{name: "renewed in 2099", content: newContent("c", waited(10*time.Minute)),
+			leases:     []*coordinationv1.Lease{lease("shutter-snapshotter-d.example.com", now.Sub(time.Date(2099, 1, 1, 0, 0, 0, 0, time.UTC)))},
+			wantEvent:  "no sidecar of that driver holds a live Lease",
+			wantMetric: `shutter_snapshot_contents_without_sidecar{driver="d.example.com"} 1`},
+		{name: "live sidecar in kube-system", content: newContent("c", waited(10*time.Minute)),
+			leases:     []*coordinationv1.Lease{leaseIn("kube-system", "external-snapshotter-leader-d-example-com", 3*time.Second)},
+			wantMetric: `shutter_snapshot_contents_without_sidecar{driver="d.example.com"} 0`},
+		{name: "live sidecar in a namespace named by --sidecar-lease-namespaces", content: newContent("c", waited(10*time.Minute)),
+			leases:     []*coordinationv1.Lease{leaseIn("named", "shutter-snapshotter-d.example.com", 3*time.Second)},
+			wantMetric: `shutter_snapshot_contents_without_sidecar{driver="d.example.com"} 0`},
 		{name: "deletion waits", content: newContent("c", waited(time.Hour), deletedAgo(6*time.Minute)),
 			wantEvent:  "has waited 6m0s for the csi-snapshotter of driver d.example.com to delete its backend snapshot",
 			wantMetric: `shutter_snapshot_contents_without_sidecar{driver="d.example.com"} 1`},
@@ -65,7 +86,12 @@ func TestSidecarLiveness(t *testing.T) {
 					t.Fatal(err)
 				}
 			}
-			c.liveness = newLiveness(kube, 5*time.Minute)
+			for _, obj := range snapshotterRBAC("driver-ns") {
+				if err := kube.Tracker().Add(obj); err != nil {
+					t.Fatal(err)
+				}
+			}
+			c.liveness = newLiveness(kube, 5*time.Minute, []string{"named"})
 			ctx, cancel := context.WithCancel(context.Background())
 			defer cancel()
 			go c.liveness.informer.Run(ctx.Done())
@@ -90,6 +116,18 @@ func TestSidecarLiveness(t *testing.T) {
 				t.Errorf("metric %q, want %q", got, tc.wantMetric)
 			}
 		})
+	}
+}
+
+// snapshotterRBAC lets the ServiceAccount csi-snapshotter of ns write contents' status, as a
+// sidecar's ClusterRoleBinding does.
+func snapshotterRBAC(ns string) []runtime.Object {
+	return []runtime.Object{
+		&rbacv1.ClusterRole{ObjectMeta: metav1.ObjectMeta{Name: "snapshotter"}, Rules: []rbacv1.PolicyRule{{
+			APIGroups: []string{"snapshot.storage.k8s.io"}, Resources: []string{"volumesnapshotcontents/status"}, Verbs: []string{"update", "patch"}}}},
+		&rbacv1.ClusterRoleBinding{ObjectMeta: metav1.ObjectMeta{Name: "snapshotter"},
+			RoleRef:  rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: "snapshotter"},
+			Subjects: []rbacv1.Subject{{Kind: rbacv1.ServiceAccountKind, Name: "csi-snapshotter", Namespace: ns}}},
 	}
 }
 

@@ -54,7 +54,8 @@ func (g *gauges) Collect(ch chan<- prometheus.Metric) {
 
 // Collectors returns the controller's metrics to register.
 func (c *Controller) Collectors() []prometheus.Collector {
-	collectors := []prometheus.Collector{newGauges(c), newStateMetrics(c), metrics.Operations, c.writes.count}
+	collectors := []prometheus.Collector{newGauges(c), newStateMetrics(c), metrics.Operations, c.writes.count,
+		metrics.UpstreamOperations, newInFlight(c)}
 	if c.liveness != nil {
 		collectors = append(collectors, livenessMetrics{c})
 	}

@@ -77,6 +77,8 @@ type snapshotState struct {
 	// content is the content name the status records as bound, "" for none.
 	content string
 	ready   bool
+	// created tells whether status.creationTime is set: the backend has cut the snapshot.
+	created bool
 	// err is status.error, nil for none.
 	err *snapshotv1.VolumeSnapshotError
 }
@@ -116,6 +118,8 @@ type kindKeys struct {
 	// failure as a failed create (groups do, single snapshots count only backend errors).
 	opCreate, opDelete string
 	countInputFailures bool
+	// upstream names the operations in the upstream image's metrics.
+	upstream upstreamOps
 }
 
 // plan is what provisioning makes: the content to create, with its policy and class.

@@ -18,6 +18,7 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/prometheus/client_golang/prometheus"
+	schedulev1alpha1 "github.com/shutter-csi/shutter/client/apis/snapshotschedule/v1alpha1"
 	groupv1 "github.com/shutter-csi/shutter/client/apis/volumegroupsnapshot/v1"
 	snapshotv1 "github.com/shutter-csi/shutter/client/apis/volumesnapshot/v1"
 	clientset "github.com/shutter-csi/shutter/client/clientset/versioned"
@@ -65,8 +66,10 @@ func Run(ctx context.Context, opts RunOptions) error {
 	if err := waitForCRDs(ctx, clients.Kube, opts.RetryCRDIntervalMax); err != nil {
 		return err
 	}
+	opts.Controller = fitToRole(ctx, election, opts.Controller)
 	reg := app.Registry()
 	metrics.RegisterWorkqueue(reg)
+	metrics.RegisterLeaderElection(reg)
 	httpErr := make(chan error, 1)
 	go func() { httpErr <- app.ServeHTTP(ctx, opts.HTTP, reg, elector.Check()) }()
 
@@ -79,6 +82,42 @@ func Run(ctx context.Context, opts RunOptions) error {
 		return err
 	}
 	return <-httpErr
+}
+
+// Rules beyond the upstream snapshot-controller's RBAC (deploy/kubernetes/snapshot-controller in
+// kubernetes-csi/external-snapshotter), which Shutter's chart grants and a swapped-in image may
+// not have.
+var (
+	// patchClaims: upstream's role grants update, not patch, on claims.
+	patchClaims  = app.Rule{Verb: "patch", Resource: "persistentvolumeclaims"}
+	updateClaims = app.Rule{Verb: "update", Resource: "persistentvolumeclaims"}
+	// livenessRules: the sidecar liveness check watches the Leases of every namespace.
+	livenessRules = []app.Rule{{Verb: "list", Group: "coordination.k8s.io", Resource: "leases"},
+		{Verb: "watch", Group: "coordination.k8s.io", Resource: "leases"}}
+	// scheduleRules: SnapshotSchedules are Shutter's own kind.
+	scheduleRules = []app.Rule{{Verb: "list", Group: schedulev1alpha1.GroupName, Resource: "snapshotschedules"},
+		{Verb: "watch", Group: schedulev1alpha1.GroupName, Resource: "snapshotschedules"},
+		{Verb: "update", Group: schedulev1alpha1.GroupName, Resource: "snapshotschedules", Subresource: "status"}}
+)
+
+// fitToRole adapts opts to what the controller's RBAC role grants: claims are written with an
+// update when patching them is not allowed, and the features that need rules the role lacks
+// turn themselves off, each with one warning naming the missing rules.
+func fitToRole(ctx context.Context, kube kubernetes.Interface, opts Options) Options {
+	logger := klog.FromContext(ctx)
+	if missing, err := app.Missing(ctx, kube, patchClaims); err == nil && len(missing) > 0 {
+		if m, err := app.Missing(ctx, kube, updateClaims); err == nil && len(m) == 0 {
+			logger.Info("Writing claim finalizers with get and update: the role grants update but not patch on persistentvolumeclaims")
+			opts.UpdateClaims = true
+		}
+	}
+	if opts.SidecarLivenessThreshold > 0 && !app.Permitted(ctx, kube, "The sidecar liveness check (--sidecar-liveness-threshold)", livenessRules...) {
+		opts.SidecarLivenessThreshold = 0
+	}
+	if opts.Schedules && !app.Permitted(ctx, kube, "SnapshotSchedules (--snapshot-schedules)", scheduleRules...) {
+		opts.Schedules = false
+	}
+	return opts
 }
 
 // newClients builds the controller's clients from cfg, each with a rate limiter of its own (see
@@ -130,7 +169,8 @@ func runController(ctx context.Context, clients Clients, reg prometheus.Register
 	}
 	if opts.Schedules {
 		go schedule.RunWhenServed(ctx, schedule.Config{Kube: kube, Client: clients.Snapshots, KubeInformers: kubeInformers,
-			SnapInformers: snapInformers, Recorder: recorder, Registerer: reg, Options: schedule.Options{Retry: opts.Retry}}, opts.Groups)
+			SnapInformers: snapInformers, Recorder: recorder, Registerer: reg, Writes: c.writes.opts,
+			Options: schedule.Options{Retry: opts.Retry}}, opts.Groups)
 	}
 	defer kubeInformers.Shutdown()
 	defer snapInformers.Shutdown()

@@ -47,7 +47,7 @@ var singleKeys = kindKeys{
 	secretName: protocol.AnnDeletionSecretName, secretNamespace: protocol.AnnDeletionSecretNamespace,
 	reasonContentMissing: ReasonContentMissing, reasonBindingInvalid: ReasonBindingInvalid,
 	reasonReady: ReasonSnapshotReady, readyMessage: "Snapshot is ready to use", reasonContentFailed: ReasonSnapshotFailed,
-	opCreate: metrics.OperationCreate, opDelete: metrics.OperationDelete,
+	opCreate: metrics.OperationCreate, opDelete: metrics.OperationDelete, upstream: singleUpstreamOps,
 }
 
 // snapshotKind adapts VolumeSnapshot and VolumeSnapshotContent, and adds what only single
@@ -84,7 +84,8 @@ func (*snapshotKind) state(vs *snapshotv1.VolumeSnapshot) snapshotState {
 	if st == nil {
 		return snapshotState{}
 	}
-	return snapshotState{reported: true, content: deref(st.BoundVolumeSnapshotContentName), ready: deref(st.ReadyToUse), err: st.Error}
+	return snapshotState{reported: true, content: deref(st.BoundVolumeSnapshotContentName), ready: deref(st.ReadyToUse), err: st.Error,
+		created: st.CreationTime != nil}
 }
 
 func (*snapshotKind) status(vs *snapshotv1.VolumeSnapshot) any { return vs.Status }

@@ -83,7 +83,7 @@ func (r *reconciler[S, C]) syncBound(ctx context.Context, s S, c C) error {
 			return controller.RequeueAfter(wait, "waiting for the sidecar's first report")
 		}
 	}
-	if s, err = r.writeStatus(ctx, s, r.kind.withStatus(s, c, membersReady)); err != nil {
+	if s, err = r.writeStatus(ctx, s, r.kind.withStatus(s, c, membersReady), r.kind.info(c).driver); err != nil {
 		return err
 	}
 	return r.kind.afterBound(ctx, s)
@@ -127,8 +127,8 @@ func (r *reconciler[S, C]) ensureFinalizers(ctx context.Context, s S, policy sna
 }
 
 // writeStatus writes updated's status when it differs from s's, and reports a snapshot that
-// became ready and, where the kind does, one whose content failed.
-func (r *reconciler[S, C]) writeStatus(ctx context.Context, s, updated S) (S, error) {
+// became ready and, where the kind does, one whose content failed; driver is the content's.
+func (r *reconciler[S, C]) writeStatus(ctx context.Context, s, updated S, driver string) (S, error) {
 	before := r.kind.state(s)
 	if before.reported && equality.Semantic.DeepEqual(r.kind.status(s), r.kind.status(updated)) {
 		return s, nil
@@ -139,6 +139,7 @@ func (r *reconciler[S, C]) writeStatus(ctx context.Context, s, updated S) (S, er
 	}
 	r.kind.statusWritten(result)
 	after := r.kind.state(result)
+	r.observeStatus(s, before, after, driver)
 	switch {
 	case after.ready && !before.ready:
 		klog.FromContext(ctx).V(2).Info("Snapshot ready")
@@ -206,6 +207,7 @@ func (r *reconciler[S, C]) finalize(ctx context.Context, s S) error {
 	}
 	klog.FromContext(ctx).V(2).Info("Snapshot released")
 	r.observe(r.keys.opDelete, metrics.StatusSuccess, *s.GetDeletionTimestamp())
+	r.observeDeleted(s)
 	return nil
 }
 

@@ -23,11 +23,14 @@ type writeLayer struct {
 	groups        *kube.Writer[*groupv1.VolumeGroupSnapshot]
 	groupContents *kube.Writer[*groupv1.VolumeGroupSnapshotContent]
 	count         *prometheus.CounterVec
+	// opts count every write in count; the schedule reconciler's writers share them.
+	opts kube.WriterOptions
 }
 
-// newWriteLayer writes claims with clients.Kube, snapshots with clients.Snapshots and contents
-// with clients.Contents (clients.Snapshots when nil).
-func newWriteLayer(clients Clients) *writeLayer {
+// newWriteLayer writes claims with clients.Kube (with updates instead of patches when
+// updateClaims), snapshots with clients.Snapshots and contents with clients.Contents
+// (clients.Snapshots when nil).
+func newWriteLayer(clients Clients, updateClaims bool) *writeLayer {
 	w := &writeLayer{count: prometheus.NewCounterVec(prometheus.CounterOpts{
 		Namespace: metrics.Namespace, Name: metrics.ControllerAPIWrites,
 		Help: "Writes of the snapshot-controller to the API server by kind, what was written (create, metadata, status, delete) and result.",
@@ -39,13 +42,16 @@ func newWriteLayer(clients Clients) *writeLayer {
 		}
 		w.count.WithLabelValues(kind, what, result).Inc()
 	}}
+	w.opts = opts
 	snaps, contents := clients.Snapshots, clients.Contents
 	if contents == nil {
 		contents = snaps
 	}
 	w.snapshots = newWriter[*snapshotv1.VolumeSnapshot]("volumesnapshot", snaps.SnapshotV1().VolumeSnapshots, opts)
 	w.contents = newWriter[*snapshotv1.VolumeSnapshotContent]("volumesnapshotcontent", clusterScoped(contents.SnapshotV1().VolumeSnapshotContents), opts)
-	w.claims = newWriter[*corev1.PersistentVolumeClaim]("persistentvolumeclaim", clients.Kube.CoreV1().PersistentVolumeClaims, opts)
+	claimOpts := opts
+	claimOpts.UpdateMetadata = updateClaims
+	w.claims = newWriter[*corev1.PersistentVolumeClaim]("persistentvolumeclaim", clients.Kube.CoreV1().PersistentVolumeClaims, claimOpts)
 	w.groups = newWriter[*groupv1.VolumeGroupSnapshot]("volumegroupsnapshot", snaps.GroupsnapshotV1().VolumeGroupSnapshots, opts)
 	w.groupContents = newWriter[*groupv1.VolumeGroupSnapshotContent]("volumegroupsnapshotcontent",
 		clusterScoped(contents.GroupsnapshotV1().VolumeGroupSnapshotContents), opts)

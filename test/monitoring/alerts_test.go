@@ -55,6 +55,11 @@ func TestAlertsFire(t *testing.T) {
 			series: `csi_sidecar_operations_seconds_count{driver_name="d.example.com", method_name="/csi.v1.Controller/CreateSnapshot", grpc_status_code="OK"} 0+10x100
 			         csi_sidecar_operations_seconds_count{driver_name="d.example.com", method_name="/csi.v1.Controller/CreateSnapshot", grpc_status_code="Internal"} 0+0.5x100`,
 			quiet: 49 * time.Minute},
+		{name: "4 MiB quarantined from 5m", alert: "ShutterHostpathQuarantineNotEmpty",
+			series: `shutter_hostpath_quarantine_bytes{instance="127.0.0.1:8083"} 0x10 4194304x60`,
+			quiet:  19 * time.Minute, firing: 21 * time.Minute, want: map[string]string{"instance": "127.0.0.1:8083", "severity": "warning"}},
+		{name: "an empty quarantine never fires", alert: "ShutterHostpathQuarantineNotEmpty",
+			series: `shutter_hostpath_quarantine_bytes{instance="127.0.0.1:8083"} 0x60`, quiet: 29 * time.Minute},
 	}
 	groups := loadRules(t)
 	for _, tc := range tests {

@@ -26,8 +26,8 @@ var (
 )
 
 // exported are the metrics Shutter's components export: pkg/metrics (snapshot-controller and the
-// workqueues of both components), pkg/snapshot's collectors, pkg/sidecar/metrics.go, and the CSI
-// call histogram of csi-lib-utils in the sidecar. Histograms appear with their series suffixes.
+// workqueues of both components, the hostpath driver's), pkg/snapshot's collectors,
+// pkg/sidecar/metrics.go, and the CSI call histogram of csi-lib-utils in the sidecar. Histograms appear with their series suffixes.
 var exported = names(
 	"shutter_operation_duration_seconds_bucket", "shutter_operation_duration_seconds_count", "shutter_operation_duration_seconds_sum",
 	"shutter_snapshots_not_ready", "shutter_snapshots_failed", "shutter_snapshots_being_deleted",
@@ -39,6 +39,7 @@ var exported = names(
 	"shutter_snapshotter_operations_total", "shutter_snapshotter_api_writes_total",
 	"shutter_snapshotter_operation_duration_seconds_bucket", "shutter_snapshotter_operation_duration_seconds_count",
 	"csi_sidecar_operations_seconds_bucket", "csi_sidecar_operations_seconds_count", "csi_sidecar_operations_seconds_sum",
+	"shutter_hostpath_quarantined_total", "shutter_hostpath_quarantine_bytes", "shutter_hostpath_cleanup_halted",
 )
 
 func names(list ...string) map[string]bool {
@@ -117,7 +118,7 @@ func selectedNames(vs *parser.VectorSelector) []string {
 
 func TestRulesParse(t *testing.T) {
 	want := []string{"ShutterSnapshotNotReady", "ShutterSnapshotDeletionStuck", "ShutterNoControllerLeader",
-		"ShutterNoSidecarForDriver", "ShutterCSIErrorRatioHigh"}
+		"ShutterNoSidecarForDriver", "ShutterCSIErrorRatioHigh", "ShutterHostpathQuarantineNotEmpty"}
 	var got []string
 	readme, err := os.ReadFile(filepath.Join(chartDir, "README.md"))
 	if err != nil {

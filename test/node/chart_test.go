@@ -22,7 +22,8 @@ import (
 // again, the driver pod is killed without grace right after a batch of eleven
 // VolumeSnapshots is created (its StatefulSet starts it again; every snapshot becomes ready),
 // a claim restored from one of them is read
-// back by a second pod with equal checksums, and after deleting everything and `helm uninstall`
+// back by a second pod with equal checksums, a raw block claim is written by one pod and read back
+// by another (blockRoundTrip), and after deleting everything and `helm uninstall`
 // no PV, content, snapshot or claim is left (no stuck finalizer) and the backend is empty.
 func TestChartOnNode(t *testing.T) {
 	// Building the images takes most of it: 15 minutes were seen with the machine's 2 cores
@@ -76,6 +77,9 @@ func TestChartOnNode(t *testing.T) {
 		t.Errorf("reader printed %q, writer %q", read, written)
 	}
 
+	blockRoundTrip(t, k)
+	checkSnapshotMetadata(t, k, "data-snapshot")
+
 	k.run("", "kubectl", "delete", "pod", "writer", "reader", "--wait")
 	k.run("", "kubectl", "delete", "pvc", "restored", "data", "--wait")
 	k.run("", "kubectl", "delete", "volumesnapshot", "--all", "--wait", "--timeout=3m")
@@ -97,12 +101,36 @@ func TestChartOnNode(t *testing.T) {
 	n.assertClean(t)
 }
 
+// blockRoundTrip has a pod write a raw block claim (the volume's device node in the container) and
+// a second pod read it back, and deletes both pods (which hung when the driver published the
+// volume's file instead of a device) and the claim.
+func blockRoundTrip(t *testing.T, k kube) {
+	t.Helper()
+	k.run(manifest("block-claim.yaml", map[string]string{"NAME": "block"})+"---\n"+blockPod("blockwriter", "writedev"), "kubectl", "apply", "-f", "-")
+	k.run("", "kubectl", "wait", "pod/blockwriter", "--for=jsonpath={.status.phase}=Succeeded", "--timeout=3m")
+	written := lastLine(k.run("", "kubectl", "logs", "blockwriter"))
+	k.run("", "kubectl", "delete", "pod", "blockwriter", "--wait", "--timeout=2m")
+	k.run(blockPod("blockreader", "readdev"), "kubectl", "apply", "-f", "-")
+	k.run("", "kubectl", "wait", "pod/blockreader", "--for=jsonpath={.status.phase}=Succeeded", "--timeout=3m")
+	if read := lastLine(k.run("", "kubectl", "logs", "blockreader")); read != written || !strings.HasPrefix(read, "total ") {
+		t.Errorf("block reader printed %q, writer %q", read, written)
+	}
+	k.run("", "kubectl", "delete", "pod", "blockreader", "--wait", "--timeout=2m")
+	k.run("", "kubectl", "delete", "pvc", "block", "--wait", "--timeout=2m")
+}
+
+func blockPod(name, command string) string {
+	return manifest("block-pod.yaml", map[string]string{
+		"NAME": name, "IMAGE": cluster.WorkloadImage, "CLAIM": "block", "ARGS": `"` + command + `", "/dev/xvda"`,
+	})
+}
+
 // buildChartImages builds the chart's node images for this machine's platform (tagged
 // localhost/shutter-e2e/<component>:e2e), the workload image and the external-provisioner image.
 func buildChartImages(t *testing.T, ctx context.Context, bin, dir string) []string {
 	t.Helper()
 	out := filepath.Join(dir, "images")
-	components := []string{"snapshot-controller", "csi-snapshotter", "hostpath-driver"}
+	components := []string{"snapshot-controller", "csi-snapshotter", "hostpath-driver", "csi-snapshot-metadata"}
 	cmd := exec.CommandContext(ctx, "go", "run", "./hack/images", "-version=e2e", "-commit=e2e",
 		"-registry=localhost/shutter-e2e", "-platforms=linux/"+runtime.GOARCH, "-out="+out,
 		"-only="+strings.Join(components, ","))

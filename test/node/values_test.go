@@ -1,7 +1,6 @@
 package node
 
 import (
-	"os/exec"
 	"path/filepath"
 	"reflect"
 	"strings"
@@ -10,49 +9,16 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
-	"sigs.k8s.io/yaml"
 
 	"github.com/shutter-csi/shutter/test/testenv"
 )
 
 // rendered is `helm template` of the chart, one document per kind and name.
-type rendered map[string][]byte
+type rendered = testenv.Rendered
 
 func renderChart(t *testing.T, args ...string) rendered {
 	t.Helper()
-	bin := builtTools(t, "helm", "helm")
-	chart := filepath.Join(testenv.RepoRoot(), "deploy", "helm", "shutter")
-	cmd := exec.Command(filepath.Join(bin, "helm"), append([]string{"template", "shutter", chart, "-n", chartNamespace}, args...)...)
-	out, err := cmd.CombinedOutput()
-	if err != nil {
-		t.Fatalf("helm template: %v\n%s", err, out)
-	}
-	docs := rendered{}
-	for _, doc := range strings.Split(string(out), "\n---\n") {
-		var head struct {
-			Kind     string
-			Metadata struct{ Name string }
-		}
-		if err := yaml.Unmarshal([]byte(doc), &head); err != nil {
-			t.Fatalf("%v in\n%s", err, doc)
-		}
-		if head.Kind != "" {
-			docs[head.Kind+"/"+head.Metadata.Name] = []byte(doc)
-		}
-	}
-	return docs
-}
-
-func (r rendered) decode(t *testing.T, key string, into any) bool {
-	t.Helper()
-	doc, ok := r[key]
-	if !ok {
-		return false
-	}
-	if err := yaml.Unmarshal(doc, into); err != nil {
-		t.Fatalf("%s: %v", key, err)
-	}
-	return true
+	return testenv.RenderChart(t, filepath.Join(builtTools(t, "helm", "helm"), "helm"), chartNamespace, args...)
 }
 
 // TestLocalNodeValues renders the chart as the local node installs it: two controller replicas
@@ -63,7 +29,7 @@ func TestLocalNodeValues(t *testing.T) {
 	docs := renderChart(t, "-f", filepath.Join(testenv.RepoRoot(), "deploy", "helm", "shutter", "ci", "local-node-values.yaml"),
 		"--set", "global.kubernetesServicePort=6443")
 	var d appsv1.Deployment
-	if !docs.decode(t, "Deployment/shutter-snapshot-controller", &d) {
+	if !docs.Decode(t, "Deployment/shutter-snapshot-controller", &d) {
 		t.Fatal("no controller Deployment")
 	}
 	if d.Spec.Replicas == nil || *d.Spec.Replicas != 2 {
@@ -84,7 +50,7 @@ func TestLocalNodeValues(t *testing.T) {
 		}
 	}
 	var pod corev1.Pod
-	if !docs.decode(t, "Pod/shutter-test-leases", &pod) {
+	if !docs.Decode(t, "Pod/shutter-test-leases", &pod) {
 		t.Fatal("no Lease test pod")
 	}
 	wantArgs := []string{"lease", chartNamespace, "snapshot-controller-leader", "shutter-snapshotter-hostpath.csi.shutter.dev"}
@@ -95,7 +61,7 @@ func TestLocalNodeValues(t *testing.T) {
 		t.Errorf("test pod hostNetwork %v, service account %q", pod.Spec.HostNetwork, pod.Spec.ServiceAccountName)
 	}
 	var role rbacv1.Role
-	if !docs.decode(t, "Role/shutter-test-leases", &role) {
+	if !docs.Decode(t, "Role/shutter-test-leases", &role) {
 		t.Fatal("no Role for the Lease test")
 	}
 	wantRules := []rbacv1.PolicyRule{{APIGroups: []string{"coordination.k8s.io"}, Resources: []string{"leases"},
@@ -105,7 +71,7 @@ func TestLocalNodeValues(t *testing.T) {
 	}
 
 	defaults := renderChart(t)
-	if !defaults.decode(t, "Deployment/shutter-snapshot-controller", &d) {
+	if !defaults.Decode(t, "Deployment/shutter-snapshot-controller", &d) {
 		t.Fatal("no controller Deployment")
 	}
 	if c := d.Spec.Template.Spec.Containers[0]; len(c.Ports) != 1 || c.LivenessProbe == nil || c.ReadinessProbe == nil {
@@ -118,5 +84,48 @@ func TestLocalNodeValues(t *testing.T) {
 	}
 	if _, ok := defaults["Pod/shutter-test-leases"]; ok {
 		t.Error("with the defaults the Lease test is rendered")
+	}
+}
+
+// TestHostpathDriverValues renders the driver's container: by default it has a per-node volume
+// limit and serves its metrics (the quarantine alert reads them), and keeps quarantined data;
+// hostpath.driver.quarantineMaxAge sets an age limit.
+func TestHostpathDriverValues(t *testing.T) {
+	driverArgs := func(docs rendered) []string {
+		t.Helper()
+		var s appsv1.StatefulSet
+		if !docs.Decode(t, "StatefulSet/shutter-hostpath", &s) {
+			t.Fatal("no hostpath StatefulSet")
+		}
+		for _, c := range s.Spec.Template.Spec.Containers {
+			if c.Name == "hostpath-driver" {
+				return c.Args
+			}
+		}
+		t.Fatal("no hostpath-driver container")
+		return nil
+	}
+	has := func(args []string, prefix string) string {
+		for _, a := range args {
+			if strings.HasPrefix(a, prefix) {
+				return a
+			}
+		}
+		return ""
+	}
+	args := driverArgs(renderChart(t))
+	for _, want := range []string{"--max-volumes-per-node=64", "--http-endpoint=[$(POD_IP)]:8083"} {
+		if has(args, want) != want {
+			t.Errorf("driver args %q lack %s", args, want)
+		}
+	}
+	if a := has(args, "--quarantine-max-age"); a != "" {
+		t.Errorf("with the defaults the driver deletes quarantined data: %s", a)
+	}
+	args = driverArgs(renderChart(t, "--set", "hostpath.driver.quarantineMaxAge=720h", "--set", "hostpath.driver.maxVolumesPerNode=0"))
+	for _, want := range []string{"--quarantine-max-age=720h", "--max-volumes-per-node=0"} {
+		if has(args, want) != want {
+			t.Errorf("driver args %q lack %s", args, want)
+		}
 	}
 }

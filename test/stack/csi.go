@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"path/filepath"
+	"slices"
 
 	"github.com/container-storage-interface/spec/lib/go/csi"
 	"google.golang.org/grpc"
@@ -84,6 +85,15 @@ func (c *CSI) ListSnapshots(ctx context.Context) ([]*csi.Snapshot, error) {
 			return out, nil
 		}
 	}
+}
+
+// HasSnapshot tells whether the backend lists the snapshot with ID id.
+func (c *CSI) HasSnapshot(ctx context.Context, id string) (bool, error) {
+	snaps, err := c.ListSnapshots(ctx)
+	if err != nil {
+		return false, err
+	}
+	return slices.ContainsFunc(snaps, func(s *csi.Snapshot) bool { return s.GetSnapshotId() == id }), nil
 }
 
 // VolumePath is the folder that holds a filesystem volume's data on the driver's side.

@@ -22,6 +22,7 @@ import (
 	fmt "fmt"
 	http "net/http"
 
+	cbtv1beta1 "github.com/shutter-csi/shutter/client/clientset/versioned/typed/snapshotmetadataservice/v1beta1"
 	schedulev1alpha1 "github.com/shutter-csi/shutter/client/clientset/versioned/typed/snapshotschedule/v1alpha1"
 	groupsnapshotv1 "github.com/shutter-csi/shutter/client/clientset/versioned/typed/volumegroupsnapshot/v1"
 	snapshotv1 "github.com/shutter-csi/shutter/client/clientset/versioned/typed/volumesnapshot/v1"
@@ -32,6 +33,7 @@ import (
 
 type Interface interface {
 	Discovery() discovery.DiscoveryInterfaces
+	CbtV1beta1() cbtv1beta1.CbtV1beta1Interface
 	ScheduleV1alpha1() schedulev1alpha1.ScheduleV1alpha1Interface
 	GroupsnapshotV1() groupsnapshotv1.GroupsnapshotV1Interface
 	SnapshotV1() snapshotv1.SnapshotV1Interface
@@ -40,9 +42,15 @@ type Interface interface {
 // Clientset contains the clients for groups.
 type Clientset struct {
 	*discovery.DiscoveryClient
+	cbtV1beta1       *cbtv1beta1.CbtV1beta1Client
 	scheduleV1alpha1 *schedulev1alpha1.ScheduleV1alpha1Client
 	groupsnapshotV1  *groupsnapshotv1.GroupsnapshotV1Client
 	snapshotV1       *snapshotv1.SnapshotV1Client
+}
+
+// CbtV1beta1 retrieves the CbtV1beta1Client
+func (c *Clientset) CbtV1beta1() cbtv1beta1.CbtV1beta1Interface {
+	return c.cbtV1beta1
 }
 
 // ScheduleV1alpha1 retrieves the ScheduleV1alpha1Client
@@ -104,6 +112,10 @@ func NewForConfigAndClient(c *rest.Config, httpClient *http.Client) (*Clientset,
 
 	var cs Clientset
 	var err error
+	cs.cbtV1beta1, err = cbtv1beta1.NewForConfigAndClient(&configShallowCopy, httpClient)
+	if err != nil {
+		return nil, err
+	}
 	cs.scheduleV1alpha1, err = schedulev1alpha1.NewForConfigAndClient(&configShallowCopy, httpClient)
 	if err != nil {
 		return nil, err
@@ -137,6 +149,7 @@ func NewForConfigOrDie(c *rest.Config) *Clientset {
 // New creates a new Clientset for the given RESTClient.
 func New(c rest.Interface) *Clientset {
 	var cs Clientset
+	cs.cbtV1beta1 = cbtv1beta1.New(c)
 	cs.scheduleV1alpha1 = schedulev1alpha1.New(c)
 	cs.groupsnapshotV1 = groupsnapshotv1.New(c)
 	cs.snapshotV1 = snapshotv1.New(c)

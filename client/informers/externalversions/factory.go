@@ -26,6 +26,7 @@ import (
 
 	versioned "github.com/shutter-csi/shutter/client/clientset/versioned"
 	internalinterfaces "github.com/shutter-csi/shutter/client/informers/externalversions/internalinterfaces"
+	snapshotmetadataservice "github.com/shutter-csi/shutter/client/informers/externalversions/snapshotmetadataservice"
 	snapshotschedule "github.com/shutter-csi/shutter/client/informers/externalversions/snapshotschedule"
 	volumegroupsnapshot "github.com/shutter-csi/shutter/client/informers/externalversions/volumegroupsnapshot"
 	volumesnapshot "github.com/shutter-csi/shutter/client/informers/externalversions/volumesnapshot"
@@ -327,9 +328,14 @@ type SharedInformerFactory interface {
 	// client.
 	InformerFor(obj runtime.Object, newFunc internalinterfaces.NewInformerFunc) cache.SharedIndexInformer
 
+	Cbt() snapshotmetadataservice.Interface
 	Schedule() snapshotschedule.Interface
 	Groupsnapshot() volumegroupsnapshot.Interface
 	Snapshot() volumesnapshot.Interface
+}
+
+func (f *sharedInformerFactory) Cbt() snapshotmetadataservice.Interface {
+	return snapshotmetadataservice.New(f, f.namespace, f.tweakListOptions)
 }
 
 func (f *sharedInformerFactory) Schedule() snapshotschedule.Interface {

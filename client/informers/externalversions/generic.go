@@ -21,6 +21,7 @@ package externalversions
 import (
 	fmt "fmt"
 
+	v1beta1 "github.com/shutter-csi/shutter/client/apis/snapshotmetadataservice/v1beta1"
 	v1alpha1 "github.com/shutter-csi/shutter/client/apis/snapshotschedule/v1alpha1"
 	v1 "github.com/shutter-csi/shutter/client/apis/volumegroupsnapshot/v1"
 	volumesnapshotv1 "github.com/shutter-csi/shutter/client/apis/volumesnapshot/v1"
@@ -54,7 +55,11 @@ func (f *genericInformer) Lister() cache.GenericLister {
 // TODO extend this to unknown resources with a client pool
 func (f *sharedInformerFactory) ForResource(resource schema.GroupVersionResource) (GenericInformer, error) {
 	switch resource {
-	// Group=groupsnapshot.storage.k8s.io, Version=v1
+	// Group=cbt.storage.k8s.io, Version=v1beta1
+	case v1beta1.SchemeGroupVersion.WithResource("snapshotmetadataservices"):
+		return &genericInformer{resource: resource.GroupResource(), informer: f.Cbt().V1beta1().SnapshotMetadataServices().Informer()}, nil
+
+		// Group=groupsnapshot.storage.k8s.io, Version=v1
 	case v1.SchemeGroupVersion.WithResource("volumegroupsnapshots"):
 		return &genericInformer{resource: resource.GroupResource(), informer: f.Groupsnapshot().V1().VolumeGroupSnapshots().Informer()}, nil
 	case v1.SchemeGroupVersion.WithResource("volumegroupsnapshotclasses"):

@@ -18,6 +18,7 @@ import (
 	"slices"
 	"sort"
 	"strings"
+	"testing"
 )
 
 // writeVerbs are the methods of typed Kubernetes clients that change objects.
@@ -66,6 +67,19 @@ func DirectWrites(dir string, allowed ...string) ([]string, error) {
 	}
 	sort.Strings(out)
 	return out, nil
+}
+
+// NoDirectWrites fails t for every write DirectWrites finds in dir outside the allowed files:
+// the test a package whose writes all go through its write layer runs as TestNoDirectWrites.
+func NoDirectWrites(t testing.TB, dir string, allowed ...string) {
+	t.Helper()
+	found, err := DirectWrites(dir, allowed...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range found {
+		t.Errorf("a write around the write layer: %s", f)
+	}
 }
 
 // isClientWrite tells whether sel is a write method of a typed client.

@@ -9,7 +9,12 @@
 //
 //	workload write DIR [FILES [BYTES]]   (default 16 files of 65536 bytes)
 //	workload read DIR
+//	workload writedev DEVICE [BYTES]      (default 1 MiB, at offset 0, flushed)
+//	workload readdev DEVICE [BYTES]
 //	workload lease NAMESPACE NAME...
+//
+// writedev and readdev print "total <sha256>" of the device's first BYTES bytes: a block
+// volume's pods compare them.
 package main
 
 import (
@@ -37,9 +42,15 @@ func main() {
 
 func run(args []string, out io.Writer) error {
 	if len(args) < 2 {
-		return errors.New("usage: workload write DIR [FILES [BYTES]] | workload read DIR | workload lease NAMESPACE NAME...")
+		return errors.New("usage: workload write DIR [FILES [BYTES]] | workload read DIR | workload writedev|readdev DEVICE [BYTES] | workload lease NAMESPACE NAME...")
 	}
 	switch args[0] {
+	case "writedev", "readdev":
+		size, err := intArg(args, 2, 1<<20)
+		if err != nil {
+			return err
+		}
+		return device(args[0] == "writedev", args[1], size, out)
 	case "lease":
 		if len(args) < 3 {
 			return errors.New("usage: workload lease NAMESPACE NAME...")
@@ -63,7 +74,7 @@ func run(args []string, out io.Writer) error {
 		}
 	case "read":
 	default:
-		return fmt.Errorf("unknown command %q: want write, read or lease", args[0])
+		return fmt.Errorf("unknown command %q: want write, read, writedev, readdev or lease", args[0])
 	}
 	return report(args[1], out)
 }
@@ -77,6 +88,39 @@ func intArg(args []string, i, def int) (int, error) {
 		return 0, fmt.Errorf("argument %d: want a number >= 0, got %q", i, args[i])
 	}
 	return n, nil
+}
+
+// device writes size bytes of content (j*7) mod 251 at the start of the device at path and
+// flushes them, when write is set, and then prints "total <sha256>" of its first size bytes as
+// read back.
+func device(write bool, path string, size int, out io.Writer) error {
+	flag := os.O_RDONLY
+	if write {
+		flag = os.O_RDWR
+	}
+	f, err := os.OpenFile(path, flag, 0)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	if write {
+		data := make([]byte, size)
+		for j := range data {
+			data[j] = byte(j * 7 % 251)
+		}
+		if _, err := f.WriteAt(data, 0); err != nil {
+			return err
+		}
+		if err := f.Sync(); err != nil {
+			return err
+		}
+	}
+	h := sha256.New()
+	if _, err := io.Copy(h, io.NewSectionReader(f, 0, int64(size))); err != nil {
+		return err
+	}
+	_, err = fmt.Fprintf(out, "total %s\n", hex.EncodeToString(h.Sum(nil)))
+	return err
 }
 
 // write creates file-000 ... in dir; file i holds bytes (i*31 + j*7) mod 251 for j = 0..size-1,

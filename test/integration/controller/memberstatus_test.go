@@ -73,7 +73,7 @@ func TestMemberStatusRetriedAfterFailedWrite(t *testing.T) {
 	f.volume(t, "only", driver)
 	f.labelClaim(t, "only", labels)
 	failing.arm(func(req *http.Request) bool {
-		return req.Method == http.MethodPut && strings.HasSuffix(req.URL.Path, "/status") &&
+		return req.Method == http.MethodPatch && strings.HasSuffix(req.URL.Path, "/status") &&
 			strings.Contains(req.URL.Path, "/volumesnapshotcontents/snapcontent-")
 	})
 	defer failing.arm(nil)

@@ -14,6 +14,7 @@ import (
 	"github.com/spf13/pflag"
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -50,7 +51,37 @@ func newFixture(t *testing.T) *fixture {
 	f.snap = clientset.NewForConfigOrDie(env.Config)
 	f.ns = testenv.Namespace(t, f.kube)
 	f.driver = "diag-" + rand.String(6) + ".csi.example.com"
+	// The fixture's namespace is where the driver's sidecar runs: its ServiceAccount may write
+	// contents' status, so its Leases count.
+	f.snapshotterRBAC(f.ns, []rbacv1.PolicyRule{contentStatusRule}, nil)
 	return f
+}
+
+// contentStatusRule is what a csi-snapshotter needs and a tenant never gets.
+var contentStatusRule = rbacv1.PolicyRule{APIGroups: []string{snapshotv1.GroupName},
+	Resources: []string{"volumesnapshotcontents/status"}, Verbs: []string{"update", "patch"}}
+
+// snapshotterRBAC makes a ClusterRole with rules (or aggregated from the ClusterRoles labelled
+// aggregate) and binds it to the ServiceAccount csi-snapshotter of ns, as a driver's installation
+// does; both are deleted when the test ends. It returns the role's name.
+func (f *fixture) snapshotterRBAC(ns string, rules []rbacv1.PolicyRule, aggregate map[string]string) string {
+	f.t.Helper()
+	role := &rbacv1.ClusterRole{ObjectMeta: metav1.ObjectMeta{Name: "diag-snapshotter-" + ns}, Rules: rules}
+	if aggregate != nil {
+		role.AggregationRule = &rbacv1.AggregationRule{ClusterRoleSelectors: []metav1.LabelSelector{{MatchLabels: aggregate}}}
+	}
+	_, err := f.kube.RbacV1().ClusterRoles().Create(f.ctx, role, metav1.CreateOptions{})
+	f.check(err)
+	binding := &rbacv1.ClusterRoleBinding{ObjectMeta: metav1.ObjectMeta{Name: role.Name},
+		RoleRef:  rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: role.Name},
+		Subjects: []rbacv1.Subject{{Kind: rbacv1.ServiceAccountKind, Name: "csi-snapshotter", Namespace: ns}}}
+	_, err = f.kube.RbacV1().ClusterRoleBindings().Create(f.ctx, binding, metav1.CreateOptions{})
+	f.check(err)
+	f.t.Cleanup(func() {
+		_ = f.kube.RbacV1().ClusterRoleBindings().Delete(context.Background(), binding.Name, metav1.DeleteOptions{})
+		_ = f.kube.RbacV1().ClusterRoles().Delete(context.Background(), role.Name, metav1.DeleteOptions{})
+	})
+	return role.Name
 }
 
 // run runs the plugin and returns its output.
@@ -92,8 +123,14 @@ func (f *fixture) stuck() []diagnose.Item {
 // lease creates the Lease a sidecar of the fixture's driver holds, last renewed ago.
 func (f *fixture) lease(name string, ago time.Duration) {
 	f.t.Helper()
-	renewed := metav1.NewMicroTime(time.Now().Add(-ago))
-	_, err := f.kube.CoordinationV1().Leases(f.ns).Create(f.ctx, &coordinationv1.Lease{
+	f.leaseIn(f.ns, name, time.Now().Add(-ago))
+}
+
+// leaseIn creates a Lease in ns held by sidecar-0, renewed at renewed.
+func (f *fixture) leaseIn(ns, name string, at time.Time) {
+	f.t.Helper()
+	renewed := metav1.NewMicroTime(at)
+	_, err := f.kube.CoordinationV1().Leases(ns).Create(f.ctx, &coordinationv1.Lease{
 		ObjectMeta: metav1.ObjectMeta{Name: name},
 		Spec: coordinationv1.LeaseSpec{HolderIdentity: ptr.To("sidecar-0"), LeaseDurationSeconds: ptr.To[int32](15),
 			AcquireTime: &renewed, RenewTime: &renewed},

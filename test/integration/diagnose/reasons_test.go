@@ -34,8 +34,10 @@ func (f *fixture) expect(kind, describeKind, name string, rule diagnose.Rule, re
 	return text
 }
 
-func TestNoSidecar(t *testing.T) {
-	f := newFixture(t)
+// waitingForSidecar writes a snapshot "snap" of claim "data" whose content waits for the
+// driver's sidecar, as the controller would have left it.
+func (f *fixture) waitingForSidecar() *snapshotv1.VolumeSnapshot {
+	f.t.Helper()
 	class := f.class()
 	f.boundClaim("data")
 	vs := f.snapshot("snap", "data", class, nil)
@@ -44,6 +46,12 @@ func TestNoSidecar(t *testing.T) {
 	vs, err := f.snap.SnapshotV1().VolumeSnapshots(f.ns).UpdateStatus(f.ctx, vs, metav1.UpdateOptions{})
 	f.check(err)
 	f.content(vs, class, snapshotv1.VolumeSnapshotContentDelete, nil)
+	return vs
+}
+
+func TestNoSidecar(t *testing.T) {
+	f := newFixture(t)
+	vs := f.waitingForSidecar()
 	f.lease(protocol.ShutterSidecarLeaseName(f.driver), 7*time.Minute)
 
 	want := fmt.Sprintf("waiting for csi-snapshotter of driver %s: no sidecar for %s has renewed its lease for 7m", f.driver, f.driver)

@@ -62,7 +62,7 @@ func TestSuspend(t *testing.T) {
 	e.waitSynced(t, func() {
 		e.update(t, "hourly", func(s *schedulev1alpha1.SnapshotSchedule) { s.Labels = map[string]string{"poke": "1"} })
 	})
-	if got := names(e.snapshots(t)); !reflect.DeepEqual(got, []string{"hourly-data-20300330t1300z"}) {
+	if got := names(e.snapshots(t)); !reflect.DeepEqual(got, []string{"hourly-data-421878c7-20300330t1300z"}) {
 		t.Fatalf("while suspended: %q", got)
 	}
 
@@ -71,7 +71,7 @@ func TestSuspend(t *testing.T) {
 	if s.Status.MissedRuns != 1 {
 		t.Errorf("missed %d runs, want 1 (14:00Z; 15:00Z was taken late)", s.Status.MissedRuns)
 	}
-	want := []string{"hourly-data-20300330t1300z", "hourly-data-20300330t1500z"}
+	want := []string{"hourly-data-421878c7-20300330t1300z", "hourly-data-421878c7-20300330t1500z"}
 	if got := names(e.snapshots(t)); !reflect.DeepEqual(got, want) {
 		t.Errorf("after resume: %q, want %q", got, want)
 	}
@@ -79,7 +79,7 @@ func TestSuspend(t *testing.T) {
 
 // TestOutage: the controller is down for three hours. With a starting deadline the run due when
 // it comes back is late and skipped too; nothing is taken until the next run, and never a burst.
-// A restarted controller (or a second one) never takes a run twice.
+// A restarted controller never takes a run twice.
 func TestOutage(t *testing.T) {
 	e := setup(t)
 	e.claim(t, "data", map[string]string{"app": "db"})
@@ -92,24 +92,39 @@ func TestOutage(t *testing.T) {
 	stop()
 
 	e.clock.SetTime(start.Add(4*time.Hour + 2*time.Minute)) // 16:00Z is two minutes late
-	e.startController(t)
+	stop = e.startController(t)
 	s := e.waitSchedule(t, "hourly", func(s *schedulev1alpha1.SnapshotSchedule) bool { return s.Status.MissedRuns == 3 })
 	if s.Status.LastMissedTime == nil || !s.Status.LastMissedTime.Equal(&metav1.Time{Time: start.Add(4 * time.Hour)}) {
 		t.Errorf("last missed %v, want 16:00Z", s.Status.LastMissedTime)
 	}
-	if got := names(e.snapshots(t)); !reflect.DeepEqual(got, []string{"hourly-data-20300330t1300z"}) {
+	if got := names(e.snapshots(t)); !reflect.DeepEqual(got, []string{"hourly-data-421878c7-20300330t1300z"}) {
 		t.Fatalf("after the outage: %q", got)
 	}
 	e.run(t, "hourly", start.Add(5*time.Hour))
 
-	// Two controllers at once, and one that lost its status write: still one snapshot per run.
+	// Restarted after a status write that recorded the 17:00Z snapshot but not the run (as if
+	// lastScheduleTime were lost): the run is due again and finds its snapshot recorded.
+	stop()
+	e.rewind(t, "hourly", start.Add(4*time.Hour))
 	e.startController(t)
-	e.resume(t, "hourly", start.Add(4*time.Hour)) // as if 17:00Z's status write was lost
 	e.run(t, "hourly", start.Add(5*time.Hour))
 	e.run(t, "hourly", start.Add(6*time.Hour))
-	want := []string{"hourly-data-20300330t1300z", "hourly-data-20300330t1700z", "hourly-data-20300330t1800z"}
+	want := []string{"hourly-data-421878c7-20300330t1300z", "hourly-data-421878c7-20300330t1700z", "hourly-data-421878c7-20300330t1800z"}
 	if got := names(e.snapshots(t)); !reflect.DeepEqual(got, want) {
 		t.Errorf("got %q, want %q", got, want)
+	}
+}
+
+// rewind sets the schedule's lastScheduleTime back to at, keeping the rest of its status.
+func (e *env) rewind(t *testing.T, name string, at time.Time) {
+	t.Helper()
+	s, err := e.client.ScheduleV1alpha1().SnapshotSchedules(e.ns).Get(context.Background(), name, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.Status.LastScheduleTime = &metav1.Time{Time: at}
+	if _, err := e.client.ScheduleV1alpha1().SnapshotSchedules(e.ns).UpdateStatus(context.Background(), s, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
 	}
 }
 
@@ -122,7 +137,7 @@ func TestKeepAndFailed(t *testing.T) {
 	e.resume(t, "hourly", start)
 	e.startController(t)
 	at := func(h int) time.Time { return start.Add(time.Duration(h) * time.Hour) }
-	name := func(h int) string { return "hourly-data-" + stamp(at(h)) }
+	name := func(h int) string { return "hourly-data-421878c7-" + stamp(at(h)) }
 
 	e.run(t, "hourly", at(1))
 	e.setStatus(t, name(1), true, "")

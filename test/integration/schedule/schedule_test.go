@@ -62,15 +62,15 @@ func TestEveryMinute(t *testing.T) {
 	last := start
 	for at := start.Add(time.Minute); !at.After(start.Add(time.Duration(days) * 24 * time.Hour)); at = at.Add(time.Minute) {
 		e.run(t, "every", at)
-		seen = append(seen, "every-data-"+stamp(at))
+		seen = append(seen, "every-data-b104f442-"+stamp(at))
 		last = at
 	}
 	want := map[int][]string{
-		1: {"every-data-20300330t1201z", "every-data-20300330t2300z", "every-data-20300331t0900z", "every-data-20300331t1000z",
-			"every-data-20300331t1100z", "every-data-20300331t1158z", "every-data-20300331t1159z", "every-data-20300331t1200z"},
-		7: {"every-data-20300330t1201z", "every-data-20300331t2200z", "every-data-20300404t2200z", "every-data-20300405t2200z",
-			"every-data-20300406t0900z", "every-data-20300406t1000z", "every-data-20300406t1100z", "every-data-20300406t1158z",
-			"every-data-20300406t1159z", "every-data-20300406t1200z"},
+		1: {"every-data-b104f442-20300330t1201z", "every-data-b104f442-20300330t2300z", "every-data-b104f442-20300331t0900z", "every-data-b104f442-20300331t1000z",
+			"every-data-b104f442-20300331t1100z", "every-data-b104f442-20300331t1158z", "every-data-b104f442-20300331t1159z", "every-data-b104f442-20300331t1200z"},
+		7: {"every-data-b104f442-20300330t1201z", "every-data-b104f442-20300331t2200z", "every-data-b104f442-20300404t2200z", "every-data-b104f442-20300405t2200z",
+			"every-data-b104f442-20300406t0900z", "every-data-b104f442-20300406t1000z", "every-data-b104f442-20300406t1100z", "every-data-b104f442-20300406t1158z",
+			"every-data-b104f442-20300406t1159z", "every-data-b104f442-20300406t1200z"},
 	}[days]
 	s := e.waitSchedule(t, "every", func(s *schedulev1alpha1.SnapshotSchedule) bool {
 		return s.Status.KeptSnapshots == int32(len(want)) && s.Status.LastSuccessfulTime != nil && s.Status.LastSuccessfulTime.Equal(&metav1.Time{Time: last})
@@ -85,9 +85,12 @@ func TestEveryMinute(t *testing.T) {
 		t.Errorf("missed %d, pruned %d; want 0, %d", s.Status.MissedRuns, s.Status.PrunedSnapshots, len(seen)-len(want))
 	}
 	for _, vs := range kept {
-		if vs.Labels[schedulev1alpha1.LabelSchedule] != "every" || len(vs.OwnerReferences) != 1 || vs.OwnerReferences[0].Name != "every" {
-			t.Errorf("%s: labels %v, owners %v", vs.Name, vs.Labels, vs.OwnerReferences)
+		if vs.Labels[schedulev1alpha1.LabelSchedule] != "every" || len(vs.OwnerReferences) != 0 {
+			t.Errorf("%s: labels %v, owners %v (none by default)", vs.Name, vs.Labels, vs.OwnerReferences)
 		}
+	}
+	if len(s.Status.Snapshots) != len(want) {
+		t.Errorf("status.snapshots holds %d records, want %d", len(s.Status.Snapshots), len(want))
 	}
 }
 

@@ -21,6 +21,7 @@ import (
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
 	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
+	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/record"
 	"k8s.io/klog/v2"
 	testingclock "k8s.io/utils/clock/testing"
@@ -61,6 +62,7 @@ func (s *signal) next() <-chan struct{} {
 
 // env is one test's namespace and clients; controllers are started and stopped on it.
 type env struct {
+	cfg    *rest.Config
 	kube   kubernetes.Interface
 	client clientset.Interface
 	ns     string
@@ -72,7 +74,7 @@ func setup(t *testing.T) *env {
 	e := testenv.Start(t)
 	testenv.InstallCRDs(t, e.Config)
 	kube := kubernetes.NewForConfigOrDie(e.Config)
-	return &env{kube: kube, client: clientset.NewForConfigOrDie(e.Config), ns: testenv.Namespace(t, kube), synced: newSignal()}
+	return &env{cfg: e.Config, kube: kube, client: clientset.NewForConfigOrDie(e.Config), ns: testenv.Namespace(t, kube), synced: newSignal()}
 }
 
 // startController runs a schedule reconciler for the test's namespace on the env's clock until

@@ -2,17 +2,19 @@ package v1alpha1
 
 import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 )
 
 // Labels and annotations the schedule controller reads and writes on the snapshots it takes.
 const (
-	// LabelSchedule names the SnapshotSchedule that took a snapshot. Together with the owner
-	// reference to the schedule it marks the snapshots the schedule may prune.
+	// LabelSchedule names the SnapshotSchedule that took a snapshot, for users and for the
+	// controller to look at the schedule when the snapshot changes. It proves nothing: anyone who
+	// may create a snapshot may set it. What a schedule may prune is in its status.snapshots.
 	LabelSchedule = "snapshot.shutter.dev/schedule"
 	// LabelKeep set to "true" by a user on a scheduled snapshot keeps it from ever being pruned.
 	LabelKeep = "snapshot.shutter.dev/keep"
-	// AnnotationScheduledTime is the run a snapshot was taken for (RFC 3339, UTC). Retention
-	// sorts snapshots by it, not by when the API server stored them.
+	// AnnotationScheduledTime is the run a snapshot was taken for (RFC 3339, UTC), for users.
+	// Retention orders snapshots by the run time recorded in the schedule's status.snapshots.
 	AnnotationScheduledTime = "snapshot.shutter.dev/scheduled-time"
 )
 
@@ -129,6 +131,15 @@ type SnapshotScheduleSpec struct {
 	// kept.
 	// +optional
 	Retention *Retention `json:"retention,omitempty"`
+
+	// deleteSnapshotsWithSchedule gives the snapshots the schedule holds an owner reference to
+	// it, so that deleting the schedule (kubectl delete, helm uninstall, a GitOps prune) deletes
+	// them too, and with a Delete policy their backend data. Off by default: a schedule's
+	// backups outlive it. The controller keeps the owner references of the snapshots in
+	// status.snapshots as this field says, adding or removing them when it changes.
+	// +optional
+	// +kubebuilder:default=false
+	DeleteSnapshotsWithSchedule bool `json:"deleteSnapshotsWithSchedule"`
 
 	// suspend stops taking and pruning snapshots while true.
 	// +optional
@@ -253,9 +264,40 @@ type SnapshotScheduleStatus struct {
 	// +optional
 	PrunedSnapshots int64 `json:"prunedSnapshots,omitempty"`
 
+	// snapshots are the snapshots the controller took for this schedule and still holds: the only
+	// ones retention counts and prunes, in the order they were taken. The controller records
+	// each one's uid as it creates it, so that a snapshot it did not create, whatever its name,
+	// labels, annotations or owner references, is never taken for one of the schedule's. Only
+	// the controller writes status; grant no one else snapshotschedules/status. Beyond
+	// MaxScheduledSnapshots the oldest are let go: kept, no longer counted or pruned.
+	// +optional
+	// +listType=atomic
+	// +kubebuilder:validation:MaxItems=2000
+	Snapshots []ScheduledSnapshot `json:"snapshots,omitempty"`
+
 	// conditions are Ready, Suspended and Failing.
 	// +optional
 	// +listType=map
 	// +listMapKey=type
 	Conditions []metav1.Condition `json:"conditions,omitempty"`
+}
+
+// MaxScheduledSnapshots is how many snapshots status.snapshots holds at most.
+const MaxScheduledSnapshots = 2000
+
+// ScheduledSnapshot is a snapshot a schedule took: a VolumeSnapshot, or a VolumeGroupSnapshot
+// with group: true, in the schedule's namespace.
+type ScheduledSnapshot struct {
+	// name is the snapshot's name.
+	// +kubebuilder:validation:MaxLength=253
+	Name string `json:"name"`
+
+	// uid is the snapshot's uid: an object that has the name but another uid is not this
+	// snapshot.
+	// +kubebuilder:validation:Type=string
+	// +kubebuilder:validation:MaxLength=128
+	UID types.UID `json:"uid"`
+
+	// runTime is the scheduled time of the run that took the snapshot; retention orders by it.
+	RunTime metav1.Time `json:"runTime"`
 }

@@ -20,6 +20,8 @@ package fake
 
 import (
 	clientset "github.com/shutter-csi/shutter/client/clientset/versioned"
+	cbtv1beta1 "github.com/shutter-csi/shutter/client/clientset/versioned/typed/snapshotmetadataservice/v1beta1"
+	fakecbtv1beta1 "github.com/shutter-csi/shutter/client/clientset/versioned/typed/snapshotmetadataservice/v1beta1/fake"
 	schedulev1alpha1 "github.com/shutter-csi/shutter/client/clientset/versioned/typed/snapshotschedule/v1alpha1"
 	fakeschedulev1alpha1 "github.com/shutter-csi/shutter/client/clientset/versioned/typed/snapshotschedule/v1alpha1/fake"
 	groupsnapshotv1 "github.com/shutter-csi/shutter/client/clientset/versioned/typed/volumegroupsnapshot/v1"
@@ -98,6 +100,11 @@ var (
 	_ clientset.Interface = &Clientset{}
 	_ testing.FakeClient  = &Clientset{}
 )
+
+// CbtV1beta1 retrieves the CbtV1beta1Client
+func (c *Clientset) CbtV1beta1() cbtv1beta1.CbtV1beta1Interface {
+	return &fakecbtv1beta1.FakeCbtV1beta1{Fake: &c.Fake}
+}
 
 // ScheduleV1alpha1 retrieves the ScheduleV1alpha1Client
 func (c *Clientset) ScheduleV1alpha1() schedulev1alpha1.ScheduleV1alpha1Interface {

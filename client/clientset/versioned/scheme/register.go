@@ -19,6 +19,7 @@ limitations under the License.
 package scheme
 
 import (
+	cbtv1beta1 "github.com/shutter-csi/shutter/client/apis/snapshotmetadataservice/v1beta1"
 	schedulev1alpha1 "github.com/shutter-csi/shutter/client/apis/snapshotschedule/v1alpha1"
 	groupsnapshotv1 "github.com/shutter-csi/shutter/client/apis/volumegroupsnapshot/v1"
 	snapshotv1 "github.com/shutter-csi/shutter/client/apis/volumesnapshot/v1"
@@ -33,6 +34,7 @@ var Scheme = runtime.NewScheme()
 var Codecs = serializer.NewCodecFactory(Scheme)
 var ParameterCodec = runtime.NewParameterCodec(Scheme)
 var localSchemeBuilder = runtime.SchemeBuilder{
+	cbtv1beta1.AddToScheme,
 	schedulev1alpha1.AddToScheme,
 	groupsnapshotv1.AddToScheme,
 	snapshotv1.AddToScheme,

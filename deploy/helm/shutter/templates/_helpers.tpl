@@ -37,6 +37,12 @@ app.kubernetes.io/component: {{ .component }}
 {{- printf "%s-hostpath" (include "shutter.fullname" .) | trunc 63 | trimSuffix "-" -}}
 {{- end -}}
 
+{{/* The namespace of the hostpath driver's pod and ServiceAccount: hostpath.namespace, which the
+chart creates (hostpath-namespace.yaml), or the release namespace. */}}
+{{- define "shutter.hostpath.namespace" -}}
+{{- default .Release.Namespace .Values.hostpath.namespace -}}
+{{- end -}}
+
 {{- define "shutter.hostpath.serviceAccount" -}}
 {{- default (include "shutter.hostpath.name" .) .Values.hostpath.serviceAccount.name -}}
 {{- end -}}
@@ -116,3 +122,69 @@ hostNetwork: true
 dnsPolicy: ClusterFirstWithHostNet
 {{- end }}
 {{- end -}}
+
+{{/* Container env: POD_IP when podIP is true and global.listenAddress is empty (the address the
+container's HTTP server listens on, see shutter.listenEndpoint), then shutter.apiServerEnv.
+Pass (dict "root" $ "podIP" bool). */}}
+{{- define "shutter.containerEnv" -}}
+{{- if and .podIP (not .root.Values.global.listenAddress) }}
+- name: POD_IP
+  valueFrom:
+    fieldRef:
+      fieldPath: status.podIP
+{{- end }}
+{{- include "shutter.apiServerEnv" .root }}
+{{- end -}}
+
+{{/* host:port an HTTP server of the chart listens on: global.listenAddress, or else the pod's own
+IP, where the kubelet probes it and Prometheus scrapes it; never every address of a node (with
+hostNetwork) or of the pod. The container needs shutter.containerEnv with podIP.
+Pass (dict "root" $ "port" port). */}}
+{{- define "shutter.listenEndpoint" -}}
+{{- if .root.Values.global.listenAddress }}{{ .root.Values.global.listenAddress }}:{{ .port }}{{ else }}[$(POD_IP)]:{{ .port }}{{ end }}
+{{- end -}}
+
+{{/* The ServiceAccount token, CA and namespace, as the kubelet would mount them, for the
+containers that call the API server only: every pod sets automountServiceAccountToken: false, so
+that a container that needs no token (the privileged driver, the registrar, a test's wget) has
+none to lose. */}}
+{{- define "shutter.apiTokenVolume" -}}
+- name: kube-api-access
+  projected:
+    defaultMode: 0444
+    sources:
+      - serviceAccountToken:
+          path: token
+          expirationSeconds: 3607
+      - configMap:
+          name: kube-root-ca.crt
+          items:
+            - key: ca.crt
+              path: ca.crt
+      - downwardAPI:
+          items:
+            - path: namespace
+              fieldRef:
+                fieldPath: metadata.namespace
+{{- end -}}
+
+{{- define "shutter.apiTokenMount" -}}
+- name: kube-api-access
+  mountPath: /var/run/secrets/kubernetes.io/serviceaccount
+  readOnly: true
+{{- end -}}
+
+{{/* The snapshot-metadata sidecar's Service, RBAC and certificate names. */}}
+{{- define "shutter.snapshotMetadata.name" -}}
+{{- printf "%s-snapshot-metadata" (include "shutter.fullname" .) | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{/* The Secret holding the sidecar's tls.crt, tls.key and ca.crt. */}}
+{{- define "shutter.snapshotMetadata.secret" -}}
+{{- .Values.hostpath.snapshotMetadata.tls.secretName | default (printf "%s-tls" (include "shutter.snapshotMetadata.name" .)) }}
+{{- end }}
+
+{{/* The audience callers' tokens must carry. */}}
+{{- define "shutter.snapshotMetadata.audience" -}}
+{{- .Values.hostpath.snapshotMetadata.audience | default (printf "%s-snapshot-metadata" .Values.hostpath.driverName) }}
+{{- end }}
