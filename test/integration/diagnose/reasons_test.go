@@ -49,16 +49,19 @@ func (f *fixture) waitingForSidecar() *snapshotv1.VolumeSnapshot {
 	return vs
 }
 
+// TestNoSidecar: the sidecar's Lease is twelve minutes old. From ten minutes on an age reads in
+// whole minutes, so a slow machine (a second between writing the Lease and reading it) cannot turn
+// "7m" into "7m1s".
 func TestNoSidecar(t *testing.T) {
 	f := newFixture(t)
 	vs := f.waitingForSidecar()
-	f.lease(protocol.ShutterSidecarLeaseName(f.driver), 7*time.Minute)
+	f.lease(protocol.ShutterSidecarLeaseName(f.driver), 12*time.Minute)
 
-	want := fmt.Sprintf("waiting for csi-snapshotter of driver %s: no sidecar for %s has renewed its lease for 7m", f.driver, f.driver)
+	want := fmt.Sprintf("waiting for csi-snapshotter of driver %s: no sidecar for %s has renewed its lease for 12m", f.driver, f.driver)
 	text := f.expect("VolumeSnapshot", "snapshot", "snap", diagnose.RuleNoSidecar, want)
 	mustContain(t, text, "VolumeSnapshot "+f.ns+"/snap [Pending]", "PersistentVolumeClaim "+f.ns+"/data [Bound]",
 		"csi driver "+f.driver+", volume handle vol-data", "Driver "+f.driver+" [NoSidecar]",
-		"sidecar Lease "+f.ns+"/"+protocol.ShutterSidecarLeaseName(f.driver)+" last held by sidecar-0, not renewed for 7m",
+		"sidecar Lease "+f.ns+"/"+protocol.ShutterSidecarLeaseName(f.driver)+" last held by sidecar-0, not renewed for 12m",
 		"VolumeSnapshotContent "+protocol.ContentName(vs.UID)+" [Pending]", "BackendSnapshot <none> [NotCreated]")
 	// The content is stuck for the same reason.
 	if it, ok := item(f.stuck(), "VolumeSnapshotContent", protocol.ContentName(vs.UID)); !ok || it.Rule != diagnose.RuleNoSidecar {
