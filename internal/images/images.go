@@ -64,7 +64,7 @@ var Components = []Component{
 		Description: "Shutter's hostpath CSI driver: volumes and snapshots in a local directory"},
 	{Name: "snapshot-conversion-webhook", CACertificates: true,
 		Description: "Shutter's conversion webhook for the group snapshot API versions"},
-	{Name: "csi-snapshot-metadata", CACertificates: true,
+	{Name: "csi-snapshot-metadata", CACertificates: true, UpstreamPath: true,
 		Description: "Shutter's snapshot-metadata sidecar: serves changed block ranges of snapshots to backup applications"},
 }
 

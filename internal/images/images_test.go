@@ -158,7 +158,8 @@ func checkConfig(t *testing.T, c Component, img v1.Image, p *v1.Platform) {
 		t.Errorf("%s: user %q, want %q", p, cfg.Config.User, wantUser)
 	}
 	want := map[string]string{"snapshot-controller": "/snapshot-controller", "csi-snapshotter": "/csi-snapshotter",
-		"hostpath-driver": "/usr/local/bin/hostpath-driver", "snapshot-conversion-webhook": "/usr/local/bin/snapshot-conversion-webhook"}
+		"hostpath-driver": "/usr/local/bin/hostpath-driver", "snapshot-conversion-webhook": "/usr/local/bin/snapshot-conversion-webhook",
+		"csi-snapshot-metadata": "/csi-snapshot-metadata"}
 	if want := []string{want[c.Name]}; !reflect.DeepEqual(cfg.Config.Entrypoint, want) {
 		t.Errorf("%s: entrypoint %q, want %q", p, cfg.Config.Entrypoint, want)
 	}
@@ -338,8 +339,9 @@ func TestChartAgrees(t *testing.T) {
 		} `json:"global"`
 		SnapshotController struct{ Image image } `json:"snapshotController"`
 		Hostpath           struct {
-			Driver      struct{ Image image } `json:"driver"`
-			Snapshotter struct{ Image image } `json:"snapshotter"`
+			Driver           struct{ Image image } `json:"driver"`
+			Snapshotter      struct{ Image image } `json:"snapshotter"`
+			SnapshotMetadata struct{ Image image } `json:"snapshotMetadata"`
 		} `json:"hostpath"`
 		ConversionWebhook struct{ Image image } `json:"conversionWebhook"`
 	}
@@ -350,7 +352,8 @@ func TestChartAgrees(t *testing.T) {
 		t.Errorf("chart registry %q, images use %q", values.Global.ImageRegistry, DefaultRegistry)
 	}
 	got := []string{values.SnapshotController.Image.Repository, values.Hostpath.Snapshotter.Image.Repository,
-		values.Hostpath.Driver.Image.Repository, values.ConversionWebhook.Image.Repository}
+		values.Hostpath.Driver.Image.Repository, values.ConversionWebhook.Image.Repository,
+		values.Hostpath.SnapshotMetadata.Image.Repository}
 	var want []string
 	for _, c := range Components {
 		want = append(want, c.Name)
@@ -359,7 +362,7 @@ func TestChartAgrees(t *testing.T) {
 		t.Errorf("chart repositories %v, components %v", got, want)
 	}
 	for _, tag := range []string{values.SnapshotController.Image.Tag, values.Hostpath.Driver.Image.Tag,
-		values.Hostpath.Snapshotter.Image.Tag, values.ConversionWebhook.Image.Tag} {
+		values.Hostpath.Snapshotter.Image.Tag, values.ConversionWebhook.Image.Tag, values.Hostpath.SnapshotMetadata.Image.Tag} {
 		if tag != "" {
 			t.Errorf("chart pins tag %q; Shutter's images default to the appVersion", tag)
 		}

@@ -162,18 +162,23 @@ func TestContentChecks(t *testing.T) {
 }
 
 // TestDeposedWrites: a write received after the successor acquired the Lease is a violation
-// unless the writer's fence found its Lease fresh before that (late), or the API refused it.
+// unless the writer's fence found its Lease fresh before that (late), or the API refused it. An
+// access review a standby asks at start stores nothing and is no violation.
 func TestDeposedWrites(t *testing.T) {
 	t0 := time.Date(2026, 12, 2, 0, 22, 28, 0, time.UTC)
 	terms := []term{{Replica: "snapshot-controller-1", Acquired: t0.Add(-time.Minute)}, {Replica: "snapshot-controller-0", Acquired: t0}}
-	entry := func(name string, received time.Time, checked time.Time, code int) string {
+	entry := func(name string, received time.Time, checked time.Time, code int, resource ...string) string {
+		res := "volumesnapshots"
+		if len(resource) > 0 {
+			res = resource[0]
+		}
 		ua := "snapshot-controller/v1"
 		if !checked.IsZero() {
 			ua += " " + leaseCheckedTag + strconv.FormatInt(checked.UnixNano(), 10)
 		}
 		ua += " " + userAgentTag + "snapshot-controller-1"
-		return fmt.Sprintf(`{"stage":"ResponseComplete","verb":"patch","userAgent":%q,"requestReceivedTimestamp":%q,"objectRef":{"resource":"volumesnapshots","namespace":"ns","name":%q},"responseStatus":{"code":%d}}`,
-			ua, received.Format(time.RFC3339Nano), name, code)
+		return fmt.Sprintf(`{"stage":"ResponseComplete","verb":"patch","userAgent":%q,"requestReceivedTimestamp":%q,"objectRef":{"resource":%q,"namespace":"ns","name":%q},"responseStatus":{"code":%d}}`,
+			ua, received.Format(time.RFC3339Nano), res, name, code)
 	}
 	lines := []string{
 		entry("before", t0.Add(-time.Second), t0.Add(-2*time.Second), 200),
@@ -181,6 +186,7 @@ func TestDeposedWrites(t *testing.T) {
 		entry("decided-deposed", t0.Add(4*time.Second), t0.Add(3*time.Second), 200),
 		entry("unfenced", t0.Add(4*time.Second), time.Time{}, 200),
 		entry("refused", t0.Add(4*time.Second), t0.Add(3*time.Second), 409),
+		entry("review", t0.Add(4*time.Second), time.Time{}, 201, "selfsubjectaccessreviews"), // a question, not a write
 	}
 	path := filepath.Join(t.TempDir(), "audit.log")
 	if err := os.WriteFile(path, []byte(strings.Join(lines, "\n")+"\n"), 0o600); err != nil {
