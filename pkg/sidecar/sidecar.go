@@ -93,7 +93,8 @@ func Run(ctx context.Context, opts Options) error {
 			return err
 		}
 	}
-	elector := app.NewElector(opts.LeaderElection, LeaseName(driver.DriverName()))
+	elector := app.NewElector(opts.LeaderElection, LeaseName(driver.DriverName())).
+		After(protocol.LegacySidecarLeaseName(driver.DriverName()))
 	c, err := newClients(cfg, elector)
 	if err != nil {
 		return err
@@ -134,8 +135,9 @@ func newClients(cfg *rest.Config, elector *app.Elector) (c clients, err error) {
 	return c, err
 }
 
-// LeaseName is the leader election Lease of the sidecars of driver.
-func LeaseName(driver string) string { return protocol.ShutterSidecarLeaseName(driver) }
+// LeaseName is the leader election Lease of the sidecars of driver: the reference sidecar's name,
+// so a Deployment that swaps one image for the other keeps one leader.
+func LeaseName(driver string) string { return protocol.SidecarLeaseName(driver) }
 
 // sidecar holds what the reconcilers share while running.
 type sidecar struct {

@@ -53,7 +53,7 @@ func TestLocalNodeValues(t *testing.T) {
 	if !docs.Decode(t, "Pod/shutter-test-leases", &pod) {
 		t.Fatal("no Lease test pod")
 	}
-	wantArgs := []string{"lease", chartNamespace, "snapshot-controller-leader", "shutter-snapshotter-hostpath.csi.shutter.dev"}
+	wantArgs := []string{"lease", chartNamespace, "snapshot-controller-leader", "external-snapshotter-leader-hostpath-csi-shutter-dev"}
 	if tc := pod.Spec.Containers[0]; tc.Image != "localhost/shutter/workload:1.0" || !reflect.DeepEqual(tc.Args, wantArgs) {
 		t.Errorf("test pod runs %s %q, want the workload image with %q", tc.Image, tc.Args, wantArgs)
 	}
