@@ -27,7 +27,8 @@ const probeImage = "localhost/shutter/apiprobe:test"
 func TestHostNetworkPodReachesAPIServer(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	defer cancel()
-	n := startNode(t, ctx, true)
+	registry := startRegistry(t)
+	n := startNode(t, ctx, true, registry.addr)
 	// kubelet has set its sysctls, so that the check after stopping means something.
 	if running := snapshotHost(t); running.sysctls["vm/overcommit_memory"] != "1" {
 		t.Errorf("vm.overcommit_memory = %s while kubelet runs, want kubelet's 1", running.sysctls["vm/overcommit_memory"])
@@ -41,6 +42,7 @@ func TestHostNetworkPodReachesAPIServer(t *testing.T) {
 	if want := "authenticated as system:serviceaccount:default:default"; !strings.Contains(string(logs), want) {
 		t.Errorf("probe logs %q, want %q", logs, want)
 	}
+	t.Run("UnknownImage", func(t *testing.T) { unknownImageStaysOnLoopback(t, ctx, n.cs, registry) })
 
 	if err := n.c.Stop(); err != nil {
 		t.Errorf("Stop: %v", err)
@@ -57,13 +59,13 @@ func TestHostNetworkPodReachesAPIServer(t *testing.T) {
 func TestStopDirAfterCrash(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	defer cancel()
-	n := startNode(t, ctx, false)
+	n := startNode(t, ctx, false, "")
 	pod := &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{Name: "sleeper", Namespace: "default"},
 		Spec: corev1.PodSpec{
 			HostNetwork: true,
 			Containers: []corev1.Container{{
-				Name: "sleeper", Image: cluster.PauseImage, ImagePullPolicy: corev1.PullIfNotPresent,
+				Name: "sleeper", Image: cluster.PauseImage, ImagePullPolicy: corev1.PullNever,
 			}},
 		},
 	}
@@ -97,8 +99,9 @@ type node struct {
 }
 
 // startNode starts a control plane with a node in a temporary folder (with the apiprobe image
-// when probe is set), or skips the test when that cannot run here.
-func startNode(t *testing.T, ctx context.Context, probe bool) *node {
+// when probe is set, and its pulls sent to registry, when not empty), or skips the test when that
+// cannot run here.
+func startNode(t *testing.T, ctx context.Context, probe bool, registry string) *node {
 	t.Helper()
 	bin := nodeTools(t)
 	dir := t.TempDir()
@@ -111,7 +114,7 @@ func startNode(t *testing.T, ctx context.Context, probe bool) *node {
 		}
 		images = append(images, tar)
 	}
-	return startNodeWith(t, ctx, bin, dir, images)
+	return startNodeWith(t, ctx, bin, dir, cluster.NodeOptions{Images: images, Registry: registry})
 }
 
 // nodeTools returns the folder of the binaries of a control plane with a node and of extra. It
@@ -142,15 +145,15 @@ func builtTools(t *testing.T, target string, names ...string) string {
 	return bin
 }
 
-// startNodeWith starts a control plane with a node in dir/cluster, with the binaries of bin and
-// the image tars imported.
-func startNodeWith(t *testing.T, ctx context.Context, bin, dir string, images []string) *node {
+// startNodeWith starts a control plane with a node of opts in dir/cluster, with the binaries of
+// bin.
+func startNodeWith(t *testing.T, ctx context.Context, bin, dir string, opts cluster.NodeOptions) *node {
 	t.Helper()
 	var err error
 	n := &node{before: snapshotHost(t), dir: filepath.Join(dir, "cluster")}
 	n.c, err = cluster.Start(ctx, cluster.Options{
 		Dir: n.dir, BinDir: bin, Progress: testWriter{t},
-		Node: &cluster.NodeOptions{Images: images},
+		Node: &opts,
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -179,7 +182,7 @@ func runProbe(t *testing.T, ctx context.Context, cs kubernetes.Interface, port s
 			HostNetwork:   true,
 			RestartPolicy: corev1.RestartPolicyNever,
 			Containers: []corev1.Container{{
-				Name: "probe", Image: probeImage, ImagePullPolicy: corev1.PullIfNotPresent,
+				Name: "probe", Image: probeImage, ImagePullPolicy: corev1.PullNever,
 				Env: []corev1.EnvVar{
 					{Name: "KUBERNETES_SERVICE_HOST", Value: "127.0.0.1"},
 					{Name: "KUBERNETES_SERVICE_PORT", Value: port},
