@@ -122,7 +122,7 @@ func (s *sidecar) runGroupsWhenServed(ctx context.Context, watched, classes info
 // start wires one reconciler to its informer and a queue and returns the function that runs
 // its workers and resync until ctx is done.
 func start[T kube.Object[T]](ctx context.Context, r *reconciler[T], informer cache.SharedIndexInformer, name string, resync time.Duration) func() {
-	q := controller.NewQueue(name, controller.Options{RetryStart: r.cfg.retryStart, RetryMax: r.cfg.retryMax}, r.sync)
+	q := controller.NewQueue(name, controller.Options{RetryStart: r.cfg.retryStart, RetryMax: r.cfg.retryMax, SyncTimeout: r.cfg.syncTimeout}, r.sync)
 	add := func(obj T) {
 		if r.mine(obj) {
 			q.Add(controller.KeyOf(obj))
