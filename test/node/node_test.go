@@ -15,7 +15,6 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/shutter-csi/shutter/test/cluster"
@@ -198,38 +197,31 @@ func runProbe(t *testing.T, ctx context.Context, cs kubernetes.Interface, port s
 // exists.
 func createPod(t *testing.T, ctx context.Context, cs kubernetes.Interface, pod *corev1.Pod) {
 	t.Helper()
-	err := wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
+	testenv.WaitUntil(t, "create pod "+pod.Name, time.Minute, func(ctx context.Context) bool {
 		_, err := cs.CoreV1().Pods(pod.Namespace).Create(ctx, pod, metav1.CreateOptions{})
-		return err == nil, nil
+		return err == nil
 	})
-	if err != nil {
-		t.Fatalf("create pod: %v", err)
-	}
 }
 
 // waitPod waits until the pod in namespace default reaches phase.
 func waitPod(t *testing.T, ctx context.Context, cs kubernetes.Interface, name string, phase corev1.PodPhase) *corev1.Pod {
 	t.Helper()
-	var last *corev1.Pod
-	err := wait.PollUntilContextTimeout(ctx, 250*time.Millisecond, 3*time.Minute, true, func(ctx context.Context) (bool, error) {
-		var err error
-		last, err = cs.CoreV1().Pods("default").Get(ctx, name, metav1.GetOptions{})
-		if err != nil {
-			return false, err
+	defer func() {
+		if t.Failed() {
+			events, _ := cs.CoreV1().Events("default").List(ctx, metav1.ListOptions{})
+			for _, e := range events.Items {
+				t.Logf("event %s %s: %s", e.InvolvedObject.Name, e.Reason, e.Message)
+			}
 		}
-		if last.Status.Phase == corev1.PodFailed {
-			t.Fatalf("pod %s failed: %+v", name, last.Status)
+	}()
+	return testenv.WaitFor(t, "pod "+name+" "+string(phase), 3*time.Minute, func(ctx context.Context) (*corev1.Pod, error) {
+		return cs.CoreV1().Pods("default").Get(ctx, name, metav1.GetOptions{})
+	}, func(p *corev1.Pod) bool {
+		if p != nil && p.Status.Phase == corev1.PodFailed {
+			t.Fatalf("pod %s failed: %+v", name, p.Status)
 		}
-		return last.Status.Phase == phase, nil
+		return p != nil && p.Status.Phase == phase
 	})
-	if err != nil {
-		events, _ := cs.CoreV1().Events("default").List(ctx, metav1.ListOptions{})
-		for _, e := range events.Items {
-			t.Logf("event %s %s: %s", e.InvolvedObject.Name, e.Reason, e.Message)
-		}
-		t.Fatalf("pod %s not %s: %v; status %+v", name, phase, err, last.Status)
-	}
-	return last
 }
 
 // host is what the node may change on the host outside its state folder.
