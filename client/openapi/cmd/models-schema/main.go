@@ -43,7 +43,9 @@ func objectReferenceSchema() spec.Schema {
 // ToOpenAPIDefinitionName gives a kind, with references by that name too. A definition that
 // carries a v2 form of itself (types whose v3 schema uses oneOf) is given in that form.
 func swagger() *spec.Swagger {
-	ref := func(name string) spec.Ref { return spec.MustCreateRef("#/definitions/" + util.ToRESTFriendlyName(name)) }
+	ref := func(name string) spec.Ref {
+		return spec.MustCreateRef("#/definitions/" + util.ToRESTFriendlyName(name))
+	}
 	defs := openapi.GetOpenAPIDefinitions(ref)
 	schemas := make(spec.Definitions, len(defs))
 	for name, def := range defs {
