@@ -158,7 +158,7 @@ func TestElectorWaitsForPredecessor(t *testing.T) {
 	testenv.WaitFor(t, "two renewals of the new Lease", time.Minute, func(ctx context.Context) (*coordinationv1.Lease, error) {
 		return cs.CoordinationV1().Leases(ns).Get(ctx, "newer", metav1.GetOptions{})
 	}, func(l *coordinationv1.Lease) bool {
-		if l.Spec.RenewTime == nil {
+		if l == nil || l.Spec.RenewTime == nil {
 			return false
 		}
 		if n := len(renewals); n == 0 || !renewals[n-1].Equal(l.Spec.RenewTime.Time) {

@@ -16,6 +16,7 @@ import (
 	"github.com/prometheus/common/model"
 	coordinationv1 "k8s.io/api/coordination/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
 
 	"github.com/shutter-csi/shutter/test/stack"
 	"github.com/shutter-csi/shutter/test/testenv"
@@ -38,7 +39,7 @@ func TestUpstreamRBAC(t *testing.T) {
 	testenv.WaitFor(t, "the sidecar to hold "+upstreamLease, readyTimeout, func(ctx context.Context) (*coordinationv1.Lease, error) {
 		return suite.kube.CoordinationV1().Leases(sidecarNS).Get(ctx, upstreamLease, metav1.GetOptions{})
 	}, func(l *coordinationv1.Lease) bool {
-		return l.Spec.HolderIdentity != nil && *l.Spec.HolderIdentity != ""
+		return l != nil && ptr.Deref(l.Spec.HolderIdentity, "") != ""
 	})
 	ns := testenv.Namespace(t, suite.kube)
 	snapshotLifecycle(t, ns)
