@@ -283,7 +283,7 @@ func TestSyncGroupTransitions(t *testing.T) {
 			vgs.Spec.Source.Selector.MatchExpressions = []metav1.LabelSelectorRequirement{{Key: "app", Operator: "Near"}}
 		}), objs: selected, writes: "update volumegroupsnapshots/status", outcome: "final", event: ReasonGroupInvalid},
 		{name: "a claim not bound", vgs: newGroup(),
-			objs: with(groupClaim("pvc-c", "", func(p *corev1.PersistentVolumeClaim) { p.Status.Phase = corev1.ClaimPending })),
+			objs:   with(groupClaim("pvc-c", "", func(p *corev1.PersistentVolumeClaim) { p.Status.Phase = corev1.ClaimPending })),
 			writes: "update volumegroupsnapshots/status", outcome: "final", event: ReasonGroupInvalid},
 		{name: "a claim's volume missing", vgs: newGroup(), objs: with(groupClaim("pvc-c", "pv-c")),
 			writes: "update volumegroupsnapshots/status", outcome: "final", event: ReasonGroupInvalid},
@@ -294,7 +294,7 @@ func TestSyncGroupTransitions(t *testing.T) {
 		{name: "no default group class", vgs: newGroup(), objs: append(slices.Clone(selected[:4]), newGroupClass("gcls", false, nil)),
 			writes: "update volumegroupsnapshots/status", outcome: "final", event: ReasonGroupInvalid},
 		{name: "named class of another driver", vgs: newGroup(func(vgs *groupv1.VolumeGroupSnapshot) { vgs.Spec.VolumeGroupSnapshotClassName = ptr("foreign") }),
-			objs: with(&groupv1.VolumeGroupSnapshotClass{ObjectMeta: metav1.ObjectMeta{Name: "foreign"}, Driver: "other", DeletionPolicy: "Delete"}),
+			objs:   with(&groupv1.VolumeGroupSnapshotClass{ObjectMeta: metav1.ObjectMeta{Name: "foreign"}, Driver: "other", DeletionPolicy: "Delete"}),
 			writes: "update volumegroupsnapshots/status", outcome: "final", event: ReasonGroupInvalid},
 		{name: "invalid secret template", vgs: newGroup(), objs: append(slices.Clone(selected[:4]), newGroupClass("gcls", true, map[string]string{
 			protocol.ParamGroupSecretName: "${nope}", protocol.ParamGroupSecretNamespace: "ns"})),
@@ -307,7 +307,9 @@ func TestSyncGroupTransitions(t *testing.T) {
 
 		// Bound: members made from the group content's report, and looked up again.
 		{name: "content not reported yet, no status yet: no members, status not ready",
-			vgs: newGroup(func(vgs *groupv1.VolumeGroupSnapshot) { vgs.Finalizers = []string{protocol.GroupSnapshotBoundFinalizer} }),
+			vgs: newGroup(func(vgs *groupv1.VolumeGroupSnapshot) {
+				vgs.Finalizers = []string{protocol.GroupSnapshotBoundFinalizer}
+			}),
 			objs: bound, writes: "update volumegroupsnapshots/status"},
 		{name: "content not reported yet, status current: nothing", vgs: newGroup(groupBound), objs: bound},
 		{name: "content reports two members: each one's snapshot, content and content status, then the group's status",
@@ -346,7 +348,7 @@ func TestSyncGroupTransitions(t *testing.T) {
 			objs: append(boundWith(reporting("vol-a")), member("vol-a", memberReady)), unlisted: []runtime.Object{memberContent("vol-a")},
 			writes: "update volumegroupsnapshots/status", ready: true},
 		{name: "member content without its status (a write that failed): status written", vgs: newGroup(groupBound),
-			objs: append(boundWith(reporting("vol-a")), member("vol-a"), memberContent("vol-a", func(c *snapshotv1.VolumeSnapshotContent) { c.Status = nil })),
+			objs:   append(boundWith(reporting("vol-a")), member("vol-a"), memberContent("vol-a", func(c *snapshotv1.VolumeSnapshotContent) { c.Status = nil })),
 			writes: "patch volumesnapshotcontents/status", woken: 1},
 		{name: "member content being deleted: left alone", vgs: newGroup(groupBound),
 			objs: append(boundWith(reporting("vol-a")), member("vol-a"), memberContent("vol-a", func(c *snapshotv1.VolumeSnapshotContent) {
