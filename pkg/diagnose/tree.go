@@ -6,6 +6,7 @@ import (
 	"strings"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
 
 	groupv1 "github.com/shutter-csi/shutter/client/apis/volumegroupsnapshot/v1"
 	snapshotv1 "github.com/shutter-csi/shutter/client/apis/volumesnapshot/v1"
@@ -166,11 +167,11 @@ func (c *chain) classNode() *Node {
 }
 
 func snapshotNode(vs *snapshotv1.VolumeSnapshot) *Node {
-	source := "content " + orNone(ptrValue(vs.Spec.Source.VolumeSnapshotContentName))
+	source := "content " + orNone(ptr.Deref(vs.Spec.Source.VolumeSnapshotContentName, ""))
 	if vs.Spec.Source.PersistentVolumeClaimName != nil {
 		source = "claim " + *vs.Spec.Source.PersistentVolumeClaimName
 	}
-	n := newNode("VolumeSnapshot", vs, snapshotPhase(vs), "source "+source+", class "+orNone(ptrValue(vs.Spec.VolumeSnapshotClassName)))
+	n := newNode("VolumeSnapshot", vs, snapshotPhase(vs), "source "+source+", class "+orNone(ptr.Deref(vs.Spec.VolumeSnapshotClassName, "")))
 	if vs.Status != nil && vs.Status.Error != nil {
 		n.Details = append(n.Details, "status.error: "+errorMessage(vs.Status.Error))
 	}
@@ -322,13 +323,6 @@ func handleState(handle string) string {
 		return "NotCreated"
 	}
 	return "Exists"
-}
-
-func ptrValue(s *string) string {
-	if s == nil {
-		return ""
-	}
-	return *s
 }
 
 // Phases of the objects, as describe and stuck show them.

@@ -8,6 +8,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/utils/ptr"
 
 	schedulev1alpha1 "github.com/shutter-csi/shutter/client/apis/snapshotschedule/v1alpha1"
 	groupv1 "github.com/shutter-csi/shutter/client/apis/volumegroupsnapshot/v1"
@@ -239,7 +240,7 @@ func setMeta(obj metav1.Object, s *schedulev1alpha1.SnapshotSchedule, name strin
 
 func ownerReference(s *schedulev1alpha1.SnapshotSchedule) metav1.OwnerReference {
 	return metav1.OwnerReference{APIVersion: schedulev1alpha1.SchemeGroupVersion.String(), Kind: "SnapshotSchedule",
-		Name: s.Name, UID: s.UID, Controller: ptrTo(true)}
+		Name: s.Name, UID: s.UID, Controller: ptr.To(true)}
 }
 
 // hasOwner tells whether obj carries the schedule's owner reference.
@@ -260,7 +261,5 @@ func deleted(err error) (bool, error) {
 	}
 	return err == nil, err
 }
-
-func ptrTo[T any](v T) *T { return &v }
 
 func everything() labels.Selector { return labels.Everything() }

@@ -11,6 +11,7 @@ import (
 	corelisters "k8s.io/client-go/listers/core/v1"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/klog/v2"
+	"k8s.io/utils/ptr"
 
 	groupv1 "github.com/shutter-csi/shutter/client/apis/volumegroupsnapshot/v1"
 	snapshotv1 "github.com/shutter-csi/shutter/client/apis/volumesnapshot/v1"
@@ -133,14 +134,14 @@ func (*groupKind) state(vgs *groupv1.VolumeGroupSnapshot) snapshotState {
 	if st == nil {
 		return snapshotState{}
 	}
-	return snapshotState{reported: true, content: deref(st.BoundVolumeGroupSnapshotContentName), ready: deref(st.ReadyToUse), err: st.Error,
+	return snapshotState{reported: true, content: ptr.Deref(st.BoundVolumeGroupSnapshotContentName, ""), ready: ptr.Deref(st.ReadyToUse, false), err: st.Error,
 		created: st.CreationTime != nil}
 }
 
 func (*groupKind) status(vgs *groupv1.VolumeGroupSnapshot) any { return vgs.Status }
 
 func (*groupKind) sourceContent(vgs *groupv1.VolumeGroupSnapshot) string {
-	return deref(vgs.Spec.Source.VolumeGroupSnapshotContentName)
+	return ptr.Deref(vgs.Spec.Source.VolumeGroupSnapshotContentName, "")
 }
 
 func (*groupKind) waitsForContent(*groupv1.VolumeGroupSnapshot) bool { return false }
@@ -150,7 +151,7 @@ func (*groupKind) withError(vgs *groupv1.VolumeGroupSnapshot, e *snapshotv1.Volu
 	if updated.Status == nil {
 		updated.Status = &groupv1.VolumeGroupSnapshotStatus{}
 	}
-	updated.Status.Error, updated.Status.ReadyToUse = e, ptr(false)
+	updated.Status.Error, updated.Status.ReadyToUse = e, ptr.To(false)
 	return updated
 }
 
@@ -162,11 +163,11 @@ func (*groupKind) withStatus(vgs *groupv1.VolumeGroupSnapshot, content *groupv1.
 
 // desiredGroupStatus is the group's status as its content and members report it.
 func desiredGroupStatus(content *groupv1.VolumeGroupSnapshotContent, membersReady bool) *groupv1.VolumeGroupSnapshotStatus {
-	want := &groupv1.VolumeGroupSnapshotStatus{BoundVolumeGroupSnapshotContentName: ptr(content.Name), ReadyToUse: ptr(false)}
+	want := &groupv1.VolumeGroupSnapshotStatus{BoundVolumeGroupSnapshotContentName: ptr.To(content.Name), ReadyToUse: ptr.To(false)}
 	if st := content.Status; st != nil {
-		want.ReadyToUse = ptr(st.ReadyToUse != nil && *st.ReadyToUse && membersReady)
+		want.ReadyToUse = ptr.To(st.ReadyToUse != nil && *st.ReadyToUse && membersReady)
 		if st.CreationTime != nil {
-			want.CreationTime = ptr(metav1.NewTime(st.CreationTime.Time.UTC().Truncate(1e9)))
+			want.CreationTime = ptr.To(metav1.NewTime(st.CreationTime.Time.UTC().Truncate(1e9)))
 		}
 		if st.Error != nil {
 			want.Error = st.Error.DeepCopy()

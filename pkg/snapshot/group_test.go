@@ -14,6 +14,7 @@ import (
 	kubefake "k8s.io/client-go/kubernetes/fake"
 	k8stesting "k8s.io/client-go/testing"
 	"k8s.io/client-go/tools/record"
+	"k8s.io/utils/ptr"
 
 	groupv1 "github.com/shutter-csi/shutter/client/apis/volumegroupsnapshot/v1"
 	snapshotv1 "github.com/shutter-csi/shutter/client/apis/volumesnapshot/v1"
@@ -42,13 +43,13 @@ func newGroup(opts ...func(*groupv1.VolumeGroupSnapshot)) *groupv1.VolumeGroupSn
 }
 
 func groupBound(vgs *groupv1.VolumeGroupSnapshot) {
-	vgs.Status = &groupv1.VolumeGroupSnapshotStatus{BoundVolumeGroupSnapshotContentName: ptr(groupContentName), ReadyToUse: ptr(false)}
+	vgs.Status = &groupv1.VolumeGroupSnapshotStatus{BoundVolumeGroupSnapshotContentName: ptr.To(groupContentName), ReadyToUse: ptr.To(false)}
 	vgs.Finalizers = []string{protocol.GroupSnapshotBoundFinalizer}
 }
 
 func groupDeleting(vgs *groupv1.VolumeGroupSnapshot) {
 	groupBound(vgs)
-	vgs.DeletionTimestamp = ptr(metav1.Now())
+	vgs.DeletionTimestamp = ptr.To(metav1.Now())
 }
 
 func newGroupContent(opts ...func(*groupv1.VolumeGroupSnapshotContent)) *groupv1.VolumeGroupSnapshotContent {
@@ -71,10 +72,10 @@ func newGroupContent(opts ...func(*groupv1.VolumeGroupSnapshotContent)) *groupv1
 // volume handle, each snapshot ready, with handle "snap-<volume handle>".
 func reporting(handles ...string) func(*groupv1.VolumeGroupSnapshotContent) {
 	return func(c *groupv1.VolumeGroupSnapshotContent) {
-		c.Status = &groupv1.VolumeGroupSnapshotContentStatus{VolumeGroupSnapshotHandle: ptr("gh"), ReadyToUse: ptr(true)}
+		c.Status = &groupv1.VolumeGroupSnapshotContentStatus{VolumeGroupSnapshotHandle: ptr.To("gh"), ReadyToUse: ptr.To(true)}
 		for _, h := range handles {
 			c.Status.VolumeSnapshotInfoList = append(c.Status.VolumeSnapshotInfoList, groupv1.VolumeSnapshotInfo{
-				VolumeHandle: h, SnapshotHandle: "snap-" + h, ReadyToUse: ptr(true), RestoreSize: ptr(int64(1024))})
+				VolumeHandle: h, SnapshotHandle: "snap-" + h, ReadyToUse: ptr.To(true), RestoreSize: ptr.To(int64(1024))})
 		}
 	}
 }
@@ -90,9 +91,9 @@ func member(handle string, opts ...func(*snapshotv1.VolumeSnapshot)) *snapshotv1
 			UID: types.UID("uid-" + handle), ResourceVersion: "1",
 			Finalizers: []string{protocol.SnapshotInGroupFinalizer, protocol.SnapshotAsSourceFinalizer, protocol.SnapshotBoundFinalizer},
 			OwnerReferences: []metav1.OwnerReference{{APIVersion: groupv1.SchemeGroupVersion.String(), Kind: "VolumeGroupSnapshot",
-				Name: "group", UID: groupUID, Controller: ptr(true)}}},
+				Name: "group", UID: groupUID, Controller: ptr.To(true)}}},
 		Spec: snapshotv1.VolumeSnapshotSpec{Source: snapshotv1.VolumeSnapshotSource{
-			VolumeSnapshotContentName: ptr(protocol.MemberContentName(groupUID, handle))}},
+			VolumeSnapshotContentName: ptr.To(protocol.MemberContentName(groupUID, handle))}},
 	}
 	for _, o := range opts {
 		o(vs)
@@ -102,10 +103,10 @@ func member(handle string, opts ...func(*snapshotv1.VolumeSnapshot)) *snapshotv1
 
 func memberReady(vs *snapshotv1.VolumeSnapshot) {
 	vs.Status = &snapshotv1.VolumeSnapshotStatus{BoundVolumeSnapshotContentName: vs.Spec.Source.VolumeSnapshotContentName,
-		ReadyToUse: ptr(true), VolumeGroupSnapshotName: ptr("group")}
+		ReadyToUse: ptr.To(true), VolumeGroupSnapshotName: ptr.To("group")}
 }
 
-func memberDeleting(vs *snapshotv1.VolumeSnapshot) { vs.DeletionTimestamp = ptr(metav1.Now()) }
+func memberDeleting(vs *snapshotv1.VolumeSnapshot) { vs.DeletionTimestamp = ptr.To(metav1.Now()) }
 
 func memberReleased(vs *snapshotv1.VolumeSnapshot) {
 	vs.Finalizers = slices.DeleteFunc(slices.Clone(vs.Finalizers), func(f string) bool { return f == protocol.SnapshotInGroupFinalizer })
@@ -122,10 +123,10 @@ func memberContent(handle string, opts ...func(*snapshotv1.VolumeSnapshotContent
 			VolumeSnapshotRef: corev1.ObjectReference{Namespace: "ns", Name: protocol.MemberSnapshotName(groupUID, handle),
 				UID: types.UID("uid-" + handle)},
 			DeletionPolicy: snapshotv1.VolumeSnapshotContentDelete, Driver: testDriver,
-			Source: snapshotv1.VolumeSnapshotContentSource{SnapshotHandle: ptr("snap-" + handle)},
+			Source: snapshotv1.VolumeSnapshotContentSource{SnapshotHandle: ptr.To("snap-" + handle)},
 		},
-		Status: &snapshotv1.VolumeSnapshotContentStatus{SnapshotHandle: ptr("snap-" + handle), ReadyToUse: ptr(true),
-			VolumeGroupSnapshotHandle: ptr("gh")},
+		Status: &snapshotv1.VolumeSnapshotContentStatus{SnapshotHandle: ptr.To("snap-" + handle), ReadyToUse: ptr.To(true),
+			VolumeGroupSnapshotHandle: ptr.To("gh")},
 	}
 	for _, o := range opts {
 		o(c)
@@ -259,7 +260,7 @@ func TestSyncGroupTransitions(t *testing.T) {
 			check: func(t *testing.T, actions []k8stesting.Action) {
 				c := created[*groupv1.VolumeGroupSnapshotContent](actions, "volumegroupsnapshotcontents", 0)
 				if c == nil || !slices.Equal(c.Spec.Source.VolumeHandles, []string{"vol-a", "vol-b"}) || c.Spec.Driver != testDriver ||
-					deref(c.Spec.VolumeGroupSnapshotClassName) != "gcls" || c.Name != "groupsnapcontent-g-uid" {
+					ptr.Deref(c.Spec.VolumeGroupSnapshotClassName, "") != "gcls" || c.Name != "groupsnapcontent-g-uid" {
 					t.Errorf("created group content %+v", c)
 				}
 			}},
@@ -273,7 +274,7 @@ func TestSyncGroupTransitions(t *testing.T) {
 					t.Errorf("created group content %+v, want handles %v", c, want)
 				}
 			}},
-		{name: "named class", vgs: newGroup(func(vgs *groupv1.VolumeGroupSnapshot) { vgs.Spec.VolumeGroupSnapshotClassName = ptr("named") }),
+		{name: "named class", vgs: newGroup(func(vgs *groupv1.VolumeGroupSnapshot) { vgs.Spec.VolumeGroupSnapshotClassName = ptr.To("named") }),
 			objs:   with(newGroupClass("named", false, nil)),
 			writes: "patch volumegroupsnapshots,create volumegroupsnapshotcontents,update volumegroupsnapshots/status"},
 		{name: "selector matches no claim", vgs: newGroup(func(vgs *groupv1.VolumeGroupSnapshot) {
@@ -293,7 +294,7 @@ func TestSyncGroupTransitions(t *testing.T) {
 			writes: "update volumegroupsnapshots/status", outcome: "final", event: ReasonGroupInvalid},
 		{name: "no default group class", vgs: newGroup(), objs: append(slices.Clone(selected[:4]), newGroupClass("gcls", false, nil)),
 			writes: "update volumegroupsnapshots/status", outcome: "final", event: ReasonGroupInvalid},
-		{name: "named class of another driver", vgs: newGroup(func(vgs *groupv1.VolumeGroupSnapshot) { vgs.Spec.VolumeGroupSnapshotClassName = ptr("foreign") }),
+		{name: "named class of another driver", vgs: newGroup(func(vgs *groupv1.VolumeGroupSnapshot) { vgs.Spec.VolumeGroupSnapshotClassName = ptr.To("foreign") }),
 			objs:   with(&groupv1.VolumeGroupSnapshotClass{ObjectMeta: metav1.ObjectMeta{Name: "foreign"}, Driver: "other", DeletionPolicy: "Delete"}),
 			writes: "update volumegroupsnapshots/status", outcome: "final", event: ReasonGroupInvalid},
 		{name: "invalid secret template", vgs: newGroup(), objs: append(slices.Clone(selected[:4]), newGroupClass("gcls", true, map[string]string{
@@ -301,7 +302,7 @@ func TestSyncGroupTransitions(t *testing.T) {
 			writes: "update volumegroupsnapshots/status", outcome: "final", event: ReasonGroupInvalid},
 		{name: "same error again writes nothing", vgs: newGroup(func(vgs *groupv1.VolumeGroupSnapshot) {
 			vgs.Status = &groupv1.VolumeGroupSnapshotStatus{Error: &snapshotv1.VolumeSnapshotError{
-				Message: ptr("the selector app=web matches no PersistentVolumeClaim in namespace ns")}}
+				Message: ptr.To("the selector app=web matches no PersistentVolumeClaim in namespace ns")}}
 			vgs.Spec.Source.Selector.MatchLabels = map[string]string{"app": "web"}
 		}), objs: selected, outcome: "final"},
 
@@ -322,8 +323,8 @@ func TestSyncGroupTransitions(t *testing.T) {
 					t.Fatalf("created member snapshot %+v", vs)
 				}
 				c := created[*snapshotv1.VolumeSnapshotContent](actions, "volumesnapshotcontents", 0)
-				if c == nil || c.Name != deref(vs.Spec.Source.VolumeSnapshotContentName) || c.Spec.VolumeSnapshotRef.Name != vs.Name ||
-					c.Annotations[protocol.AnnGroupSnapshotHandle] != "gh" || deref(c.Spec.Source.SnapshotHandle) != "snap-vol-a" {
+				if c == nil || c.Name != ptr.Deref(vs.Spec.Source.VolumeSnapshotContentName, "") || c.Spec.VolumeSnapshotRef.Name != vs.Name ||
+					c.Annotations[protocol.AnnGroupSnapshotHandle] != "gh" || ptr.Deref(c.Spec.Source.SnapshotHandle, "") != "snap-vol-a" {
 					t.Errorf("created member content %+v", c)
 				}
 				if n := len(slices.DeleteFunc(slices.Clone(actions), func(a k8stesting.Action) bool {
@@ -352,7 +353,7 @@ func TestSyncGroupTransitions(t *testing.T) {
 			writes: "patch volumesnapshotcontents/status", woken: 1},
 		{name: "member content being deleted: left alone", vgs: newGroup(groupBound),
 			objs: append(boundWith(reporting("vol-a")), member("vol-a"), memberContent("vol-a", func(c *snapshotv1.VolumeSnapshotContent) {
-				c.Status, c.DeletionTimestamp = nil, ptr(metav1.Now())
+				c.Status, c.DeletionTimestamp = nil, ptr.To(metav1.Now())
 			}))},
 		{name: "pre-provisioned group without volume handles: members named by snapshot handle", vgs: newGroup(groupBound),
 			objs: boundWith(func(c *groupv1.VolumeGroupSnapshotContent) {
@@ -407,8 +408,8 @@ func TestSyncGroupTransitions(t *testing.T) {
 			if tc.event != "" && !hasEvent(recorder, tc.event) {
 				t.Errorf("no %s event", tc.event)
 			}
-			if st := lastGroupStatus(snap.Actions()); st != nil && deref(st.ReadyToUse) != tc.ready {
-				t.Errorf("group status says ready %v, want %v", deref(st.ReadyToUse), tc.ready)
+			if st := lastGroupStatus(snap.Actions()); st != nil && ptr.Deref(st.ReadyToUse, false) != tc.ready {
+				t.Errorf("group status says ready %v, want %v", ptr.Deref(st.ReadyToUse, false), tc.ready)
 			}
 			if n := c.singles.snapshotQueue.Len(); n != tc.woken {
 				t.Errorf("%d member snapshots queued, want %d", n, tc.woken)
@@ -436,7 +437,7 @@ func TestSyncMemberTransitions(t *testing.T) {
 		{name: "a member that becomes ready: its status, and its group woken",
 			vs: member("vol-a", func(vs *snapshotv1.VolumeSnapshot) {
 				memberReady(vs)
-				vs.Status.ReadyToUse = ptr(false)
+				vs.Status.ReadyToUse = ptr.To(false)
 			}), objs: []runtime.Object{newGroup(groupBound), memberContent("vol-a")},
 			writes: "update volumesnapshots/status", wakes: true},
 		{name: "a deleted member whose group exists is held", vs: member("vol-a", memberReady, memberDeleting),

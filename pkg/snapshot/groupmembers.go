@@ -8,6 +8,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/klog/v2"
+	"k8s.io/utils/ptr"
 
 	groupv1 "github.com/shutter-csi/shutter/client/apis/volumegroupsnapshot/v1"
 	snapshotv1 "github.com/shutter-csi/shutter/client/apis/volumesnapshot/v1"
@@ -104,11 +105,11 @@ func (m members) ensureSnapshot(ctx context.Context, vgs *groupv1.VolumeGroupSna
 			Name: name, Namespace: vgs.Namespace, Finalizers: finalizers,
 			OwnerReferences: []metav1.OwnerReference{{
 				APIVersion: groupv1.SchemeGroupVersion.String(), Kind: "VolumeGroupSnapshot",
-				Name: vgs.Name, UID: vgs.UID, Controller: ptr(true),
+				Name: vgs.Name, UID: vgs.UID, Controller: ptr.To(true),
 			}},
 		},
 		Spec: snapshotv1.VolumeSnapshotSpec{Source: snapshotv1.VolumeSnapshotSource{
-			VolumeSnapshotContentName: ptr(protocol.MemberContentName(vgs.UID, key)),
+			VolumeSnapshotContentName: ptr.To(protocol.MemberContentName(vgs.UID, key)),
 		}},
 	}
 	created, err := m.snapshotWriter.Create(ctx, vs)
@@ -160,7 +161,7 @@ func (m members) createContent(ctx context.Context, vs *snapshotv1.VolumeSnapsho
 				Namespace: vs.Namespace, Name: vs.Name, UID: vs.UID,
 			},
 			DeletionPolicy: group.Spec.DeletionPolicy, Driver: group.Spec.Driver,
-			Source: snapshotv1.VolumeSnapshotContentSource{SnapshotHandle: ptr(info.SnapshotHandle)},
+			Source: snapshotv1.VolumeSnapshotContentSource{SnapshotHandle: ptr.To(info.SnapshotHandle)},
 		},
 	}
 	return m.contentWriter.Create(ctx, content)
@@ -171,9 +172,9 @@ func (m members) writeStatus(ctx context.Context, vs *snapshotv1.VolumeSnapshot,
 	group *groupv1.VolumeGroupSnapshotContent, info groupv1.VolumeSnapshotInfo) error {
 	updated := content.DeepCopy()
 	updated.Status = &snapshotv1.VolumeSnapshotContentStatus{
-		SnapshotHandle: ptr(info.SnapshotHandle), CreationTime: info.CreationTime, RestoreSize: info.RestoreSize,
-		ReadyToUse:                ptr(info.ReadyToUse == nil || *info.ReadyToUse),
-		VolumeGroupSnapshotHandle: ptr(*group.Status.VolumeGroupSnapshotHandle),
+		SnapshotHandle: ptr.To(info.SnapshotHandle), CreationTime: info.CreationTime, RestoreSize: info.RestoreSize,
+		ReadyToUse:                ptr.To(info.ReadyToUse == nil || *info.ReadyToUse),
+		VolumeGroupSnapshotHandle: ptr.To(*group.Status.VolumeGroupSnapshotHandle),
 	}
 	// A patch: the upstream controller's role grants only patch on volumesnapshotcontents/status.
 	if _, err := m.contentWriter.PatchStatus(ctx, content, updated); err != nil {

@@ -12,6 +12,7 @@ import (
 	corelisters "k8s.io/client-go/listers/core/v1"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/klog/v2"
+	"k8s.io/utils/ptr"
 
 	snapshotv1 "github.com/shutter-csi/shutter/client/apis/volumesnapshot/v1"
 	clientset "github.com/shutter-csi/shutter/client/clientset/versioned"
@@ -84,14 +85,14 @@ func (*snapshotKind) state(vs *snapshotv1.VolumeSnapshot) snapshotState {
 	if st == nil {
 		return snapshotState{}
 	}
-	return snapshotState{reported: true, content: deref(st.BoundVolumeSnapshotContentName), ready: deref(st.ReadyToUse), err: st.Error,
+	return snapshotState{reported: true, content: ptr.Deref(st.BoundVolumeSnapshotContentName, ""), ready: ptr.Deref(st.ReadyToUse, false), err: st.Error,
 		created: st.CreationTime != nil}
 }
 
 func (*snapshotKind) status(vs *snapshotv1.VolumeSnapshot) any { return vs.Status }
 
 func (*snapshotKind) sourceContent(vs *snapshotv1.VolumeSnapshot) string {
-	return deref(vs.Spec.Source.VolumeSnapshotContentName)
+	return ptr.Deref(vs.Spec.Source.VolumeSnapshotContentName, "")
 }
 
 // waitsForContent: a new group member's content is created by its group.
@@ -104,7 +105,7 @@ func (*snapshotKind) withError(vs *snapshotv1.VolumeSnapshot, e *snapshotv1.Volu
 	if updated.Status == nil {
 		updated.Status = &snapshotv1.VolumeSnapshotStatus{}
 	}
-	updated.Status.Error, updated.Status.ReadyToUse = e, ptr(false)
+	updated.Status.Error, updated.Status.ReadyToUse = e, ptr.To(false)
 	return updated
 }
 
@@ -116,7 +117,7 @@ func (*snapshotKind) withStatus(vs *snapshotv1.VolumeSnapshot, content *snapshot
 
 // desiredStatus is vs's status as its bound content reports it.
 func desiredStatus(vs *snapshotv1.VolumeSnapshot, content *snapshotv1.VolumeSnapshotContent) *snapshotv1.VolumeSnapshotStatus {
-	want := &snapshotv1.VolumeSnapshotStatus{BoundVolumeSnapshotContentName: ptr(content.Name)}
+	want := &snapshotv1.VolumeSnapshotStatus{BoundVolumeSnapshotContentName: ptr.To(content.Name)}
 	if vs.Status != nil {
 		want.VolumeGroupSnapshotName = vs.Status.VolumeGroupSnapshotName
 	}
@@ -125,12 +126,12 @@ func desiredStatus(vs *snapshotv1.VolumeSnapshot, content *snapshotv1.VolumeSnap
 	}
 	st := content.Status
 	if st == nil {
-		want.ReadyToUse = ptr(false)
+		want.ReadyToUse = ptr.To(false)
 		return want
 	}
-	want.ReadyToUse = ptr(st.ReadyToUse != nil && *st.ReadyToUse)
+	want.ReadyToUse = ptr.To(st.ReadyToUse != nil && *st.ReadyToUse)
 	if st.CreationTime != nil {
-		want.CreationTime = ptr(metav1.NewTime(time.Unix(0, *st.CreationTime).UTC().Truncate(time.Second)))
+		want.CreationTime = ptr.To(metav1.NewTime(time.Unix(0, *st.CreationTime).UTC().Truncate(time.Second)))
 	}
 	if st.RestoreSize != nil {
 		want.RestoreSize = resource.NewQuantity(*st.RestoreSize, resource.BinarySI)

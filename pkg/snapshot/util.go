@@ -34,14 +34,3 @@ func keys[T metav1.Object](list func(labels.Selector) ([]T, error)) []controller
 func isReady(vs *snapshotv1.VolumeSnapshot) bool {
 	return vs.Status != nil && vs.Status.ReadyToUse != nil && *vs.Status.ReadyToUse
 }
-
-func ptr[T any](v T) *T { return &v }
-
-// deref is *p, or the zero value when p is nil.
-func deref[T any](p *T) T {
-	if p == nil {
-		var zero T
-		return zero
-	}
-	return *p
-}
