@@ -338,7 +338,7 @@ func snapshotPhase(vs *snapshotv1.VolumeSnapshot) string {
 	if vs.Status != nil {
 		err = vs.Status.Error
 	}
-	return phase(vs.DeletionTimestamp, snapshotReady(vs), err)
+	return phase(vs.DeletionTimestamp, protocol.Ready(vs), err)
 }
 
 func contentPhase(c *snapshotv1.VolumeSnapshotContent) string {
@@ -346,16 +346,15 @@ func contentPhase(c *snapshotv1.VolumeSnapshotContent) string {
 	if c.Status != nil {
 		err = c.Status.Error
 	}
-	return phase(c.DeletionTimestamp, contentReady(c), err)
+	return phase(c.DeletionTimestamp, protocol.Ready(c), err)
 }
 
 func groupPhase(g *groupv1.VolumeGroupSnapshot) string {
 	var err *snapshotv1.VolumeSnapshotError
-	ready := false
 	if g.Status != nil {
-		err, ready = g.Status.Error, g.Status.ReadyToUse != nil && *g.Status.ReadyToUse
+		err = g.Status.Error
 	}
-	return phase(g.DeletionTimestamp, ready, err)
+	return phase(g.DeletionTimestamp, protocol.Ready(g), err)
 }
 
 func groupContentPhase(c *groupv1.VolumeGroupSnapshotContent) string {
@@ -363,7 +362,7 @@ func groupContentPhase(c *groupv1.VolumeGroupSnapshotContent) string {
 	if c.Status != nil {
 		err = c.Status.Error
 	}
-	return phase(c.DeletionTimestamp, groupContentReady(c), err)
+	return phase(c.DeletionTimestamp, protocol.Ready(c), err)
 }
 
 func phase(deleted *metav1.Time, ready bool, err *snapshotv1.VolumeSnapshotError) string {

@@ -18,6 +18,7 @@ import (
 	snapshotlisters "github.com/shutter-csi/shutter/client/listers/volumesnapshot/v1"
 	"github.com/shutter-csi/shutter/pkg/controller"
 	"github.com/shutter-csi/shutter/pkg/kube"
+	"github.com/shutter-csi/shutter/pkg/protocol"
 )
 
 // kind is what a schedule takes each run: a VolumeSnapshot per claim, or one
@@ -71,11 +72,7 @@ func newVolumeSnapshots(client clientset.Interface, lister snapshotlisters.Volum
 			return vs
 		},
 		describe: func(vs *snapshotv1.VolumeSnapshot) (string, State) {
-			claim := ""
-			if vs.Spec.Source.PersistentVolumeClaimName != nil {
-				claim = *vs.Spec.Source.PersistentVolumeClaimName
-			}
-			return claim, snapshotState(vs.Status)
+			return ptr.Deref(vs.Spec.Source.PersistentVolumeClaimName, ""), stateOf(protocol.Ready(vs), vs.Status != nil && vs.Status.Error != nil)
 		},
 	}
 }
@@ -99,21 +96,17 @@ func newVolumeGroupSnapshots(client clientset.Interface, lister grouplisters.Vol
 			return vgs
 		},
 		describe: func(vgs *groupv1.VolumeGroupSnapshot) (string, State) {
-			if st := vgs.Status; st != nil {
-				return "", snapshotState(&snapshotv1.VolumeSnapshotStatus{ReadyToUse: st.ReadyToUse, Error: st.Error})
-			}
-			return "", Pending
+			return "", stateOf(protocol.Ready(vgs), vgs.Status != nil && vgs.Status.Error != nil)
 		},
 	}
 }
 
-func snapshotState(st *snapshotv1.VolumeSnapshotStatus) State {
+// stateOf is the State of a snapshot that is ready or, with an error in its status, failed.
+func stateOf(ready, failed bool) State {
 	switch {
-	case st == nil:
-		return Pending
-	case st.ReadyToUse != nil && *st.ReadyToUse:
+	case ready:
 		return Ready
-	case st.Error != nil:
+	case failed:
 		return Failed
 	}
 	return Pending

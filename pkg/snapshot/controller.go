@@ -33,6 +33,7 @@ import (
 	snapinformers "github.com/shutter-csi/shutter/client/informers/externalversions"
 	"github.com/shutter-csi/shutter/pkg/controller"
 	"github.com/shutter-csi/shutter/pkg/kube"
+	"github.com/shutter-csi/shutter/pkg/protocol"
 )
 
 // Options configure the reconcilers.
@@ -250,7 +251,7 @@ func (c *Controller) onClaim(pvc *corev1.PersistentVolumeClaim) {
 // only write a not-ready status that the report then replaces.
 func (c *Controller) nearlyDone(key controller.Key) bool {
 	vs, err := c.single.snapshots.VolumeSnapshots(key.Namespace).Get(key.Name)
-	if err != nil || vs.DeletionTimestamp != nil || isReady(vs) {
+	if err != nil || vs.DeletionTimestamp != nil || protocol.Ready(vs) {
 		return false
 	}
 	content, found, err := c.singles.contentOf(vs)

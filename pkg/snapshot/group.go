@@ -134,7 +134,7 @@ func (*groupKind) state(vgs *groupv1.VolumeGroupSnapshot) snapshotState {
 	if st == nil {
 		return snapshotState{}
 	}
-	return snapshotState{reported: true, content: ptr.Deref(st.BoundVolumeGroupSnapshotContentName, ""), ready: ptr.Deref(st.ReadyToUse, false), err: st.Error,
+	return snapshotState{reported: true, content: ptr.Deref(st.BoundVolumeGroupSnapshotContentName, ""), ready: protocol.Ready(vgs), err: st.Error,
 		created: st.CreationTime != nil}
 }
 
@@ -165,7 +165,7 @@ func (*groupKind) withStatus(vgs *groupv1.VolumeGroupSnapshot, content *groupv1.
 func desiredGroupStatus(content *groupv1.VolumeGroupSnapshotContent, membersReady bool) *groupv1.VolumeGroupSnapshotStatus {
 	want := &groupv1.VolumeGroupSnapshotStatus{BoundVolumeGroupSnapshotContentName: ptr.To(content.Name), ReadyToUse: ptr.To(false)}
 	if st := content.Status; st != nil {
-		want.ReadyToUse = ptr.To(st.ReadyToUse != nil && *st.ReadyToUse && membersReady)
+		want.ReadyToUse = ptr.To(protocol.Ready(content) && membersReady)
 		if st.CreationTime != nil {
 			want.CreationTime = ptr.To(metav1.NewTime(st.CreationTime.Time.UTC().Truncate(1e9)))
 		}

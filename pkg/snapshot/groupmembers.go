@@ -80,7 +80,7 @@ func (m members) ensure(ctx context.Context, vgs *groupv1.VolumeGroupSnapshot, c
 		if err := m.ensureContent(ctx, vs, content, info); err != nil {
 			return false, err
 		}
-		ready = ready && isReady(vs)
+		ready = ready && protocol.Ready(vs)
 	}
 	return ready, nil
 }
@@ -173,7 +173,7 @@ func (m members) writeStatus(ctx context.Context, vs *snapshotv1.VolumeSnapshot,
 	updated := content.DeepCopy()
 	updated.Status = &snapshotv1.VolumeSnapshotContentStatus{
 		SnapshotHandle: ptr.To(info.SnapshotHandle), CreationTime: info.CreationTime, RestoreSize: info.RestoreSize,
-		ReadyToUse:                ptr.To(info.ReadyToUse == nil || *info.ReadyToUse),
+		ReadyToUse:                ptr.To(ptr.Deref(info.ReadyToUse, true)),
 		VolumeGroupSnapshotHandle: ptr.To(*group.Status.VolumeGroupSnapshotHandle),
 	}
 	// A patch: the upstream controller's role grants only patch on volumesnapshotcontents/status.

@@ -222,5 +222,5 @@ func (k *snapshotKind) releaseClaim(ctx context.Context, vs *snapshotv1.VolumeSn
 
 // beingTaken tells whether the backend may still be cutting the snapshot from its claim.
 func beingTaken(vs *snapshotv1.VolumeSnapshot) bool {
-	return vs.DeletionTimestamp == nil && !isReady(vs) && (vs.Status == nil || vs.Status.Error == nil)
+	return vs.DeletionTimestamp == nil && !protocol.Ready(vs) && (vs.Status == nil || vs.Status.Error == nil)
 }

@@ -85,7 +85,7 @@ func (*snapshotKind) state(vs *snapshotv1.VolumeSnapshot) snapshotState {
 	if st == nil {
 		return snapshotState{}
 	}
-	return snapshotState{reported: true, content: ptr.Deref(st.BoundVolumeSnapshotContentName, ""), ready: ptr.Deref(st.ReadyToUse, false), err: st.Error,
+	return snapshotState{reported: true, content: ptr.Deref(st.BoundVolumeSnapshotContentName, ""), ready: protocol.Ready(vs), err: st.Error,
 		created: st.CreationTime != nil}
 }
 
@@ -129,7 +129,7 @@ func desiredStatus(vs *snapshotv1.VolumeSnapshot, content *snapshotv1.VolumeSnap
 		want.ReadyToUse = ptr.To(false)
 		return want
 	}
-	want.ReadyToUse = ptr.To(st.ReadyToUse != nil && *st.ReadyToUse)
+	want.ReadyToUse = ptr.To(protocol.Ready(content))
 	if st.CreationTime != nil {
 		want.CreationTime = ptr.To(metav1.NewTime(time.Unix(0, *st.CreationTime).UTC().Truncate(time.Second)))
 	}

@@ -19,7 +19,7 @@ import (
 )
 
 func ready(vs *snapshotv1.VolumeSnapshot) bool {
-	return vs != nil && vs.Status != nil && vs.Status.ReadyToUse != nil && *vs.Status.ReadyToUse
+	return protocol.Ready(vs)
 }
 
 func absent(vs *snapshotv1.VolumeSnapshot) bool { return vs == nil }
@@ -66,7 +66,7 @@ func TestDynamicSnapshotLifecycle(t *testing.T) {
 	})
 	contentSynced.Until(t, "the sidecar's report is in", func(controller.Result) bool {
 		c, err := f.client.SnapshotV1().VolumeSnapshotContents().Get(context.Background(), contentName, metav1.GetOptions{})
-		return err == nil && c.Annotations[protocol.AnnBeingCreated] == "" && c.Status != nil && c.Status.ReadyToUse != nil && *c.Status.ReadyToUse
+		return err == nil && c.Annotations[protocol.AnnBeingCreated] == "" && protocol.Ready(c)
 	})
 	created, total := writes.since(mark, mine)
 	t.Logf("controller requests, create -> ready: %d (%s)", total, format(created))
