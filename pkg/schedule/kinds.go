@@ -117,11 +117,10 @@ func (k *runKind[T]) name() string { return k.kindName }
 // lookup returns the newest copy of an object: the lister's, or this reconciler's own write
 // the informer has not delivered yet (a snapshot just created).
 func (k *runKind[T]) lookup(namespace, name string) (T, bool) {
-	obj, err := k.get(namespace, name)
-	if err != nil {
-		return k.writer.Cache().Get(controller.Key{Namespace: namespace, Name: name})
-	}
-	return k.writer.Cache().Latest(obj), true
+	obj, found, err := k.writer.Cache().Lookup(controller.Key{Namespace: namespace, Name: name}, func(key controller.Key) (T, error) {
+		return k.get(key.Namespace, key.Name)
+	})
+	return obj, found && err == nil
 }
 
 // resolve reads a record the informer does not show from the API server before it calls it

@@ -82,7 +82,7 @@ func (c *Controller) newGroups(factory snapinformers.SharedInformerFactory) (*gr
 	}
 	k := &groupKind{client: c.clients.Snapshots, classes: class.Lister(),
 		classIndexer: class.Informer().GetIndexer(), claims: c.single.claims, volumes: c.single.volumes,
-		members: members{snapshots: c.single.snapshots, snapshotIndexer: c.single.snapshotIndexer, contents: c.single.contents,
+		members: members{snapshotLister: c.singles.snapshotLister, snapshotIndexer: c.single.snapshotIndexer, contentLister: c.singles.contentLister,
 			snapshotWriter: c.writes.snapshots, contentWriter: c.writes.contents, wake: c.singles.snapshotQueue.Add}}
 	r := newReconcilerOf(c, k, groupKeys, c.writes.groups, c.writes.groupContents, 0)
 	r.snapshotLister = listers.New[*groupv1.VolumeGroupSnapshot](vgs.Informer().GetIndexer(), groupv1.Resource("volumegroupsnapshots"))

@@ -4,15 +4,14 @@ import (
 	"context"
 
 	corev1 "k8s.io/api/core/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/listers"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/klog/v2"
 	"k8s.io/utils/ptr"
 
 	groupv1 "github.com/shutter-csi/shutter/client/apis/volumegroupsnapshot/v1"
 	snapshotv1 "github.com/shutter-csi/shutter/client/apis/volumesnapshot/v1"
-	snapshotlisters "github.com/shutter-csi/shutter/client/listers/volumesnapshot/v1"
 	"github.com/shutter-csi/shutter/pkg/controller"
 	"github.com/shutter-csi/shutter/pkg/kube"
 	"github.com/shutter-csi/shutter/pkg/protocol"
@@ -54,9 +53,9 @@ func memberKey(info groupv1.VolumeSnapshotInfo) string {
 // members are the single-snapshot side as a group sees it: the member snapshots and contents it
 // makes and lets go.
 type members struct {
-	snapshots       snapshotlisters.VolumeSnapshotLister
+	snapshotLister  listers.ResourceIndexer[*snapshotv1.VolumeSnapshot]
 	snapshotIndexer cache.Indexer // byGroup
-	contents        snapshotlisters.VolumeSnapshotContentLister
+	contentLister   listers.ResourceIndexer[*snapshotv1.VolumeSnapshotContent]
 	snapshotWriter  *kube.Writer[*snapshotv1.VolumeSnapshot]
 	contentWriter   *kube.Writer[*snapshotv1.VolumeSnapshotContent]
 	// wake queues a member snapshot, whose sync the controller's own writes do not trigger.
@@ -88,13 +87,8 @@ func (m members) ensure(ctx context.Context, vgs *groupv1.VolumeGroupSnapshot, c
 func (m members) ensureSnapshot(ctx context.Context, vgs *groupv1.VolumeGroupSnapshot,
 	content *groupv1.VolumeGroupSnapshotContent, key string) (*snapshotv1.VolumeSnapshot, error) {
 	name := protocol.MemberSnapshotName(vgs.UID, key)
-	if vs, err := m.snapshots.VolumeSnapshots(vgs.Namespace).Get(name); err == nil {
-		return m.snapshotWriter.Cache().Latest(vs), nil
-	} else if !apierrors.IsNotFound(err) {
-		return nil, err
-	}
-	if own, ok := m.snapshotWriter.Cache().Get(controller.Key{Namespace: vgs.Namespace, Name: name}); ok {
-		return own, nil
+	if vs, found, err := lookup(m.snapshotLister, m.snapshotWriter, controller.Key{Namespace: vgs.Namespace, Name: name}); err != nil || found {
+		return vs, err
 	}
 	finalizers := []string{protocol.SnapshotInGroupFinalizer, protocol.SnapshotAsSourceFinalizer}
 	if content.Spec.DeletionPolicy == snapshotv1.VolumeSnapshotContentDelete {
@@ -128,16 +122,11 @@ func (m members) ensureSnapshot(ctx context.Context, vgs *groupv1.VolumeGroupSna
 func (m members) ensureContent(ctx context.Context, vs *snapshotv1.VolumeSnapshot,
 	group *groupv1.VolumeGroupSnapshotContent, info groupv1.VolumeSnapshotInfo) error {
 	name := *vs.Spec.Source.VolumeSnapshotContentName
-	content, err := m.contents.Get(name)
-	switch {
-	case err == nil:
-		content = m.contentWriter.Cache().Latest(content)
-	case !apierrors.IsNotFound(err):
+	content, found, err := lookup(m.contentLister, m.contentWriter, controller.Key{Name: name})
+	if err != nil {
 		return err
-	default:
-		content, _ = m.contentWriter.Cache().Get(controller.Key{Name: name})
 	}
-	if content == nil {
+	if !found {
 		if content, err = m.createContent(ctx, vs, group, info); err != nil {
 			return err
 		}

@@ -5,7 +5,6 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/listers"
 	"k8s.io/client-go/tools/record"
@@ -266,18 +265,18 @@ func (r *reconciler[S, C]) contentName(s S) string {
 	return r.keys.defaultContent(s.GetUID())
 }
 
-// contentOf returns s's content, from the lister or, when this controller created it and the
-// informer has not seen it yet, from the own-write cache; found is false when it does not exist.
+// contentOf returns s's content; found is false when it does not exist.
 func (r *reconciler[S, C]) contentOf(s S) (c C, found bool, err error) {
-	name := r.contentName(s)
-	c, err = r.contentLister.Get(name)
-	if apierrors.IsNotFound(err) {
-		c, found = r.contents.Cache().Get(controller.Key{Name: name})
-		return c, found, nil
-	} else if err != nil {
-		return c, false, err
-	}
-	return r.contents.Cache().Latest(c), true, nil
+	return lookup(r.contentLister, r.contents, controller.Key{Name: r.contentName(s)})
+}
+
+// lookup returns the newest copy of the object at key: the lister's, made current by w's own
+// writes, or, when this controller created it and the informer has not delivered it yet, w's
+// own; found is false when neither has it (controller.Writes.Lookup).
+func lookup[T kube.Object[T]](lister listers.ResourceIndexer[T], w *kube.Writer[T], key controller.Key) (T, bool, error) {
+	return w.Cache().Lookup(key, func(key controller.Key) (T, error) {
+		return listers.NewNamespaced(lister, key.Namespace).Get(key.Name)
+	})
 }
 
 // driverOf is the driver of s's content, or of its class before the content exists.
