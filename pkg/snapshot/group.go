@@ -45,7 +45,7 @@ var groupKeys = kindKeys{
 	secretName: protocol.AnnGroupDeletionSecretName, secretNamespace: protocol.AnnGroupDeletionSecretNamespace,
 	reasonContentMissing: ReasonGroupInvalid, reasonBindingInvalid: ReasonGroupInvalid,
 	reasonReady: ReasonGroupReady, readyMessage: "Group snapshot is ready to use",
-	opCreate: metrics.OperationCreateGroup, opDelete: metrics.OperationDeleteGroup, countInputFailures: true,
+	opCreate: metrics.OperationCreateGroup, opDelete: metrics.OperationDeleteGroup,
 	upstream: groupUpstreamOps,
 }
 
@@ -175,6 +175,12 @@ func desiredGroupStatus(content *groupv1.VolumeGroupSnapshotContent, membersRead
 	}
 	return want
 }
+
+// contentFailure: a group content's error shows in the group's status only.
+func (*groupKind) contentFailure() (string, bool) { return "", false }
+
+// inputFailureCounts: a group that cannot be taken as asked counts as a failed create.
+func (*groupKind) inputFailureCounts() bool { return true }
 
 func (*groupKind) finalizers(snapshotv1.DeletionPolicy) []string {
 	return []string{protocol.GroupSnapshotBoundFinalizer}

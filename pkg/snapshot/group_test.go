@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+	dto "github.com/prometheus/client_model/go"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -19,6 +21,7 @@ import (
 	groupv1 "github.com/shutter-csi/shutter/client/apis/volumegroupsnapshot/v1"
 	snapshotv1 "github.com/shutter-csi/shutter/client/apis/volumesnapshot/v1"
 	snapfake "github.com/shutter-csi/shutter/client/clientset/versioned/fake"
+	"github.com/shutter-csi/shutter/pkg/metrics"
 	"github.com/shutter-csi/shutter/pkg/protocol"
 )
 
@@ -477,4 +480,71 @@ func TestSyncMemberTransitions(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestFailuresReported: what each kind makes of bad input and of a content that reports an
+// error, in events and in the failed-create count.
+func TestFailuresReported(t *testing.T) {
+	failedContent := func(c *snapshotv1.VolumeSnapshotContent) {
+		c.Status = &snapshotv1.VolumeSnapshotContentStatus{ReadyToUse: ptr.To(false),
+			Error: &snapshotv1.VolumeSnapshotError{Message: ptr.To("backend full")}}
+	}
+	failedGroupContent := func(c *groupv1.VolumeGroupSnapshotContent) {
+		c.Status = &groupv1.VolumeGroupSnapshotContentStatus{ReadyToUse: ptr.To(false),
+			Error: &snapshotv1.VolumeSnapshotError{Message: ptr.To("backend full")}}
+	}
+	single := func(objs ...runtime.Object) func(t *testing.T) (*Controller, *record.FakeRecorder, error) {
+		return func(t *testing.T) (*Controller, *record.FakeRecorder, error) {
+			c, _, _, recorder := testController(t, objs...)
+			return c, recorder, c.singles.syncSnapshot(context.Background(), objs[0].(*snapshotv1.VolumeSnapshot))
+		}
+	}
+	group := func(objs ...runtime.Object) func(t *testing.T) (*Controller, *record.FakeRecorder, error) {
+		return func(t *testing.T) (*Controller, *record.FakeRecorder, error) {
+			c, g, _, _, recorder := testGroupController(t, objs)
+			return c, recorder, g.r.syncSnapshot(context.Background(), objs[0].(*groupv1.VolumeGroupSnapshot))
+		}
+	}
+	tests := []struct {
+		name    string
+		sync    func(t *testing.T) (*Controller, *record.FakeRecorder, error)
+		op      string
+		counted bool   // a failed create observed for op
+		event   string // the Warning's reason, "" for none
+	}{
+		{name: "snapshot, bad input: a Warning, not counted", sync: single(newSnapshot()),
+			op: metrics.OperationCreate, event: ReasonInvalidSource},
+		{name: "snapshot, content failed: a Warning, counted", op: metrics.OperationCreate, counted: true, event: ReasonSnapshotFailed,
+			sync: single(newSnapshot(boundTo(protocol.ContentName("vs-uid"))), newContent(protocol.ContentName("vs-uid"), failedContent))},
+		{name: "group, bad input: a Warning, counted", sync: group(newGroup()),
+			op: metrics.OperationCreateGroup, counted: true, event: ReasonGroupInvalid},
+		{name: "group, content failed: status only", op: metrics.OperationCreateGroup,
+			sync: group(newGroup(groupBound), newGroupContent(failedGroupContent))},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			before := failures(t, tc.op)
+			_, recorder, _ := tc.sync(t)
+			if counted := failures(t, tc.op) > before; counted != tc.counted {
+				t.Errorf("failed create counted %v, want %v", counted, tc.counted)
+			}
+			var events []string
+			for len(recorder.Events) > 0 {
+				events = append(events, <-recorder.Events)
+			}
+			if tc.event == "" && len(events) > 0 || tc.event != "" && (len(events) != 1 || !strings.Contains(events[0], "Warning "+tc.event)) {
+				t.Errorf("events %q, want one Warning %q", events, tc.event)
+			}
+		})
+	}
+}
+
+// failures is how many failed operations op the metrics have observed.
+func failures(t *testing.T, op string) uint64 {
+	t.Helper()
+	var m dto.Metric
+	if err := metrics.Operations.WithLabelValues(op, metrics.StatusFailure).(prometheus.Histogram).Write(&m); err != nil {
+		t.Fatal(err)
+	}
+	return m.GetHistogram().GetSampleCount()
 }

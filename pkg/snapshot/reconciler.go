@@ -41,6 +41,12 @@ type kind[S kube.Object[S], C kube.Object[C]] interface {
 	// its content c (and, for a group, its members' readiness) implies.
 	withError(s S, e *snapshotv1.VolumeSnapshotError) S
 	withStatus(s S, c C, membersReady bool) S
+	// contentFailure is the Warning event reason of a snapshot whose content reports an error,
+	// which is then also counted as a failed create; ok is false where such an error shows in
+	// status only.
+	contentFailure() (reason string, ok bool)
+	// inputFailureCounts tells whether bad input (fail) counts as a failed create.
+	inputFailureCounts() bool
 	// finalizers are the snapshot's finalizers while bound to a content with policy.
 	finalizers(policy snapshotv1.DeletionPolicy) []string
 	// withClass returns s with class recorded as its class, and whether that changed it.
@@ -110,13 +116,8 @@ type kindKeys struct {
 	secretName, secretNamespace string
 	// Event reasons.
 	reasonContentMissing, reasonBindingInvalid, reasonReady, readyMessage string
-	// reasonContentFailed, when set, is the Warning event of a snapshot whose content reports an
-	// error, which is also counted as a failed operation; groups show such errors in status only.
-	reasonContentFailed string
-	// opCreate and opDelete are the operations in metrics; countInputFailures counts a bad-input
-	// failure as a failed create (groups do, single snapshots count only backend errors).
+	// opCreate and opDelete are the operations in metrics.
 	opCreate, opDelete string
-	countInputFailures bool
 	// upstream names the operations in the upstream image's metrics.
 	upstream upstreamOps
 }

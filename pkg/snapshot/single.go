@@ -47,7 +47,7 @@ var singleKeys = kindKeys{
 	classKind: "VolumeSnapshotClass", secret: protocol.SnapshotterSecret,
 	secretName: protocol.AnnDeletionSecretName, secretNamespace: protocol.AnnDeletionSecretNamespace,
 	reasonContentMissing: ReasonContentMissing, reasonBindingInvalid: ReasonBindingInvalid,
-	reasonReady: ReasonSnapshotReady, readyMessage: "Snapshot is ready to use", reasonContentFailed: ReasonSnapshotFailed,
+	reasonReady: ReasonSnapshotReady, readyMessage: "Snapshot is ready to use",
 	opCreate: metrics.OperationCreate, opDelete: metrics.OperationDelete, upstream: singleUpstreamOps,
 }
 
@@ -141,6 +141,13 @@ func desiredStatus(vs *snapshotv1.VolumeSnapshot, content *snapshotv1.VolumeSnap
 	}
 	return want
 }
+
+// contentFailure: a content's error is a SnapshotFailed Warning on its snapshot, and a failed
+// create.
+func (*snapshotKind) contentFailure() (string, bool) { return ReasonSnapshotFailed, true }
+
+// inputFailureCounts: bad input is not counted as a failed create; only the backend's errors are.
+func (*snapshotKind) inputFailureCounts() bool { return false }
 
 // finalizers: the as-source finalizer, and the bound one for a Delete policy.
 func (*snapshotKind) finalizers(policy snapshotv1.DeletionPolicy) []string {
