@@ -7,7 +7,6 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/client-go/listers"
 	corelisters "k8s.io/client-go/listers/core/v1"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/klog/v2"
@@ -18,7 +17,6 @@ import (
 	clientset "github.com/shutter-csi/shutter/client/clientset/versioned"
 	snapinformers "github.com/shutter-csi/shutter/client/informers/externalversions"
 	grouplisters "github.com/shutter-csi/shutter/client/listers/volumegroupsnapshot/v1"
-	"github.com/shutter-csi/shutter/pkg/controller"
 	"github.com/shutter-csi/shutter/pkg/kube"
 	"github.com/shutter-csi/shutter/pkg/metrics"
 	"github.com/shutter-csi/shutter/pkg/protocol"
@@ -40,6 +38,7 @@ type groupReconciler = reconciler[*groupv1.VolumeGroupSnapshot, *groupv1.VolumeG
 var groupKeys = kindKeys{
 	snapshotKind: "VolumeGroupSnapshot", contentKind: "VolumeGroupSnapshotContent", apiVersion: groupv1.SchemeGroupVersion.String(),
 	snapshotQueue: "volumegroupsnapshot", contentQueue: "volumegroupsnapshotcontent", defaultContent: protocol.GroupContentName,
+	snapshotResource: groupv1.Resource("volumegroupsnapshots"), contentResource: groupv1.Resource("volumegroupsnapshotcontents"),
 	contentFinalizer: protocol.GroupContentBoundFinalizer, beingCreated: protocol.AnnGroupBeingCreated, beingDeleted: protocol.AnnGroupBeingDeleted,
 	classKind: "VolumeGroupSnapshotClass", secret: protocol.GroupSecret,
 	secretName: protocol.AnnGroupDeletionSecretName, secretNamespace: protocol.AnnGroupDeletionSecretNamespace,
@@ -84,26 +83,19 @@ func (c *Controller) newGroups(factory snapinformers.SharedInformerFactory) (*gr
 		classIndexer: class.Informer().GetIndexer(), claims: c.single.claims, volumes: c.single.volumes,
 		members: members{snapshotLister: c.singles.snapshotLister, snapshotIndexer: c.single.snapshotIndexer, contentLister: c.singles.contentLister,
 			snapshotWriter: c.writes.snapshots, contentWriter: c.writes.contents, wake: c.singles.snapshotQueue.Add}}
-	r := newReconcilerOf(c, k, groupKeys, c.writes.groups, c.writes.groupContents, 0)
-	r.snapshotLister = listers.New[*groupv1.VolumeGroupSnapshot](vgs.Informer().GetIndexer(), groupv1.Resource("volumegroupsnapshots"))
-	r.contentLister = listers.New[*groupv1.VolumeGroupSnapshotContent](vgsc.Informer().GetIndexer(), groupv1.Resource("volumegroupsnapshotcontents"))
-	r.snapshotQueue = controller.NewQueue(groupKeys.snapshotQueue, c.opts.Retry, r.syncSnapshotKey)
-	r.contentQueue = controller.NewQueue(groupKeys.contentQueue, c.opts.Retry, r.syncContentKey)
-	g := &groups{r: r, stopped: make(chan struct{})}
-	for _, h := range []struct {
-		informer cache.SharedIndexInformer
-		handler  cache.ResourceEventHandler
-	}{
-		{vgs.Informer(), controller.Handler(c.writes.groups.Cache(), r.onSnapshot)},
-		{vgsc.Informer(), controller.Handler(c.writes.groupContents.Cache(), r.onContent)},
-		{class.Informer(), controller.Handler(nil, func(*groupv1.VolumeGroupSnapshotClass) { r.requeueUnbound() })},
-	} {
-		if _, err := h.informer.AddEventHandler(h.handler); err != nil {
-			return nil, fmt.Errorf("add event handler: %w", err)
-		}
-		g.synced = append(g.synced, h.informer.HasSynced)
+	r, synced, err := newReconciler(c, pair[*groupv1.VolumeGroupSnapshot, *groupv1.VolumeGroupSnapshotContent]{
+		kind: k, snapshots: c.writes.groups, contents: c.writes.groupContents,
+		snapshotInformer: vgs.Informer(), contentInformer: vgsc.Informer(), classInformer: class.Informer(),
+		// Groups are few (one per application, not one per volume), so neither urgency nor pacing
+		// is worth their cost. A group's status does not wait for the sidecar's first report: its
+		// readiness also waits for its members, which are made only after that report, so no
+		// grace would bring binding and readiness into one write.
+		tuning: tuning{},
+	})
+	if err != nil {
+		return nil, err
 	}
-	return g, nil
+	return &groups{r: r, synced: synced, stopped: make(chan struct{})}, nil
 }
 
 func groupClassesByDriver(obj any) ([]string, error) {
@@ -214,7 +206,7 @@ func (k *groupKind) bound(ctx context.Context, vgs *groupv1.VolumeGroupSnapshot,
 	return k.members.ensure(ctx, vgs, content)
 }
 
-func (*groupKind) statusWritten(*groupv1.VolumeGroupSnapshot) {}
+func (*groupKind) changed(*groupv1.VolumeGroupSnapshot) {}
 
 func (*groupKind) afterBound(context.Context, *groupv1.VolumeGroupSnapshot) error { return nil }
 
@@ -229,7 +221,7 @@ func (k *groupKind) finalizing(ctx context.Context, vgs *groupv1.VolumeGroupSnap
 	}
 	left, err := k.members.release(ctx, vgs, content)
 	if err != nil || left {
-		// Member deletions wake the group again through onMember.
+		// Member deletions wake the group again (snapshotKind.changed).
 		return nil, err
 	}
 	return []string{protocol.GroupSnapshotBoundFinalizer}, nil

@@ -43,6 +43,7 @@ type singleReconciler = reconciler[*snapshotv1.VolumeSnapshot, *snapshotv1.Volum
 var singleKeys = kindKeys{
 	snapshotKind: "VolumeSnapshot", contentKind: "VolumeSnapshotContent", apiVersion: snapshotv1.SchemeGroupVersion.String(),
 	snapshotQueue: "volumesnapshot", contentQueue: "volumesnapshotcontent", defaultContent: protocol.ContentName,
+	snapshotResource: snapshotv1.Resource("volumesnapshots"), contentResource: snapshotv1.Resource("volumesnapshotcontents"),
 	contentFinalizer: protocol.ContentBoundFinalizer, beingCreated: protocol.AnnBeingCreated, beingDeleted: protocol.AnnBeingDeleted,
 	classKind: "VolumeSnapshotClass", secret: protocol.SnapshotterSecret,
 	secretName: protocol.AnnDeletionSecretName, secretNamespace: protocol.AnnDeletionSecretNamespace,
@@ -188,12 +189,9 @@ func (*snapshotKind) bound(context.Context, *snapshotv1.VolumeSnapshot, *snapsho
 	return true, nil
 }
 
-// statusWritten wakes the group of a member: its readiness follows its members', and the
+// changed wakes the group of a member: its readiness follows its members', and the
 // controller's own writes raise no event.
-func (k *snapshotKind) statusWritten(vs *snapshotv1.VolumeSnapshot) { k.onMember(vs) }
-
-// onMember wakes the group of a member snapshot that changed.
-func (k *snapshotKind) onMember(vs *snapshotv1.VolumeSnapshot) {
+func (k *snapshotKind) changed(vs *snapshotv1.VolumeSnapshot) {
 	if g := k.groups.Load(); g != nil {
 		if name := groupOf(vs); name != "" {
 			g.r.snapshotQueue.Add(controller.Key{Namespace: vs.Namespace, Name: name})

@@ -138,7 +138,7 @@ func (r *reconciler[S, C]) writeStatus(ctx context.Context, s, updated S, driver
 	if err != nil {
 		return s, err
 	}
-	r.kind.statusWritten(result)
+	r.kind.changed(result)
 	after := r.kind.state(result)
 	r.observeStatus(s, before, after, driver)
 	switch {
