@@ -16,24 +16,15 @@ type Reporting interface {
 // Ready tells whether obj's status says readyToUse: true. No object, no status or no field is not
 // ready.
 func Ready[T Reporting](obj T) bool {
-	var ready *bool
 	switch o := any(obj).(type) {
 	case *snapshotv1.VolumeSnapshot:
-		if o != nil && o.Status != nil {
-			ready = o.Status.ReadyToUse
-		}
+		return o != nil && o.Status != nil && ptr.Deref(o.Status.ReadyToUse, false)
 	case *snapshotv1.VolumeSnapshotContent:
-		if o != nil && o.Status != nil {
-			ready = o.Status.ReadyToUse
-		}
+		return o != nil && o.Status != nil && ptr.Deref(o.Status.ReadyToUse, false)
 	case *groupv1.VolumeGroupSnapshot:
-		if o != nil && o.Status != nil {
-			ready = o.Status.ReadyToUse
-		}
+		return o != nil && o.Status != nil && ptr.Deref(o.Status.ReadyToUse, false)
 	case *groupv1.VolumeGroupSnapshotContent:
-		if o != nil && o.Status != nil {
-			ready = o.Status.ReadyToUse
-		}
+		return o != nil && o.Status != nil && ptr.Deref(o.Status.ReadyToUse, false)
 	}
-	return ptr.Deref(ready, false)
+	return false
 }

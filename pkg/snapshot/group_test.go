@@ -151,17 +151,19 @@ func csiVolume(name, driver, handle string) *corev1.PersistentVolume {
 			CSI: &corev1.CSIPersistentVolumeSource{Driver: driver, VolumeHandle: handle}}}}
 }
 
+// newGroupClass is newClass for groups.
 func newGroupClass(name string, isDefault bool, params map[string]string) *groupv1.VolumeGroupSnapshotClass {
-	c := &groupv1.VolumeGroupSnapshotClass{ObjectMeta: metav1.ObjectMeta{Name: name}, Driver: testDriver,
-		DeletionPolicy: snapshotv1.VolumeSnapshotContentDelete, Parameters: params}
+	single := newClass(name, false, params)
+	c := &groupv1.VolumeGroupSnapshotClass{ObjectMeta: single.ObjectMeta, Driver: single.Driver,
+		DeletionPolicy: single.DeletionPolicy, Parameters: single.Parameters}
 	if isDefault {
 		c.Annotations = map[string]string{protocol.AnnGroupDefaultClass: "true"}
 	}
 	return c
 }
 
-// testGroupController is testController with the group reconciler enabled. The group objects
-// among listed are in its informers' stores; unlisted objects are only in the fake API server
+// testGroupController is testController with the group reconciler enabled on the same informers;
+// the objects listed are in their stores. Unlisted objects are only in the fake API server
 // and in the own-write caches: this controller wrote them and the informers have not seen them.
 func testGroupController(t *testing.T, listed []runtime.Object, unlisted ...runtime.Object) (*Controller, *groups,
 	*kubefake.Clientset, *snapfake.Clientset, *record.FakeRecorder) {
@@ -173,19 +175,6 @@ func testGroupController(t *testing.T, listed []runtime.Object, unlisted ...runt
 	}
 	c.groups.Store(g)
 	g.r.clock = c.singles.clock
-	for _, o := range listed {
-		switch o := o.(type) {
-		case *groupv1.VolumeGroupSnapshot:
-			err = sf.Groupsnapshot().V1().VolumeGroupSnapshots().Informer().GetStore().Add(o)
-		case *groupv1.VolumeGroupSnapshotContent:
-			err = sf.Groupsnapshot().V1().VolumeGroupSnapshotContents().Informer().GetStore().Add(o)
-		case *groupv1.VolumeGroupSnapshotClass:
-			err = sf.Groupsnapshot().V1().VolumeGroupSnapshotClasses().Informer().GetStore().Add(o)
-		}
-		if err != nil {
-			t.Fatal(err)
-		}
-	}
 	for _, o := range unlisted {
 		if err := snap.Tracker().Add(o); err != nil {
 			t.Fatal(err)
@@ -398,19 +387,7 @@ func TestSyncGroupTransitions(t *testing.T) {
 			c, g, kube, snap, recorder := testGroupController(t, append([]runtime.Object{tc.vgs}, tc.objs...), tc.unlisted...)
 			g.r.readyEvents = true
 			err := g.r.syncSnapshot(context.Background(), tc.vgs)
-			if got := outcome(err); got != tc.outcome {
-				t.Errorf("outcome %q (%v), want %q", got, err, tc.outcome)
-			}
-			got := writes(kube.Actions(), snap.Actions())
-			if strings.Join(got, ",") != tc.writes {
-				t.Errorf("writes:\n got %s\nwant %s", strings.Join(got, ","), tc.writes)
-			}
-			if n := counted(t, c); n != len(got) {
-				t.Errorf("the write layer counted %d writes, the API server got %d", n, len(got))
-			}
-			if tc.event != "" && !hasEvent(recorder, tc.event) {
-				t.Errorf("no %s event", tc.event)
-			}
+			checkSync(t, c, err, kube, snap, recorder, syncWant{outcome: tc.outcome, writes: tc.writes, event: tc.event})
 			if st := lastGroupStatus(snap.Actions()); st != nil && ptr.Deref(st.ReadyToUse, false) != tc.ready {
 				t.Errorf("group status says ready %v, want %v", ptr.Deref(st.ReadyToUse, false), tc.ready)
 			}
@@ -458,14 +435,9 @@ func TestSyncMemberTransitions(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			c, g, kube, snap, _ := testGroupController(t, append([]runtime.Object{tc.vs}, tc.objs...))
+			c, g, kube, snap, recorder := testGroupController(t, append([]runtime.Object{tc.vs}, tc.objs...))
 			err := c.singles.syncSnapshot(context.Background(), tc.vs)
-			if got := outcome(err); got != tc.outcome {
-				t.Errorf("outcome %q (%v), want %q", got, err, tc.outcome)
-			}
-			if got := strings.Join(writes(kube.Actions(), snap.Actions()), ","); got != tc.writes {
-				t.Errorf("writes:\n got %s\nwant %s", got, tc.writes)
-			}
+			checkSync(t, c, err, kube, snap, recorder, syncWant{outcome: tc.outcome, writes: tc.writes})
 			reads := 0
 			for _, a := range snap.Actions() {
 				if a.GetVerb() == "get" && a.GetResource().Resource == "volumegroupsnapshots" {

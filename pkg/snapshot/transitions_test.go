@@ -20,6 +20,7 @@ import (
 	clocktesting "k8s.io/utils/clock/testing"
 	"k8s.io/utils/ptr"
 
+	groupv1 "github.com/shutter-csi/shutter/client/apis/volumegroupsnapshot/v1"
 	snapshotv1 "github.com/shutter-csi/shutter/client/apis/volumesnapshot/v1"
 	snapfake "github.com/shutter-csi/shutter/client/clientset/versioned/fake"
 	snapinformers "github.com/shutter-csi/shutter/client/informers/externalversions"
@@ -148,6 +149,12 @@ func testControllerInformers(t *testing.T, objs ...runtime.Object) (*Controller,
 			err = kf.Core().V1().PersistentVolumeClaims().Informer().GetStore().Add(o)
 		case *corev1.PersistentVolume:
 			err = kf.Core().V1().PersistentVolumes().Informer().GetStore().Add(o)
+		case *groupv1.VolumeGroupSnapshot:
+			err = sf.Groupsnapshot().V1().VolumeGroupSnapshots().Informer().GetStore().Add(o)
+		case *groupv1.VolumeGroupSnapshotContent:
+			err = sf.Groupsnapshot().V1().VolumeGroupSnapshotContents().Informer().GetStore().Add(o)
+		case *groupv1.VolumeGroupSnapshotClass:
+			err = sf.Groupsnapshot().V1().VolumeGroupSnapshotClasses().Informer().GetStore().Add(o)
 		}
 		if err != nil {
 			t.Fatal(err)
@@ -280,21 +287,33 @@ func TestSyncSnapshotTransitions(t *testing.T) {
 			c, kube, snap, recorder := testController(t, append([]runtime.Object{tc.vs}, tc.objs...)...)
 			c.singles.readyEvents = true
 			err := c.singles.syncSnapshot(context.Background(), tc.vs)
-			switch got := outcome(err); {
-			case got != tc.outcome:
-				t.Errorf("outcome %q (%v), want %q", got, err, tc.outcome)
-			}
-			got := writes(kube.Actions(), snap.Actions())
-			if strings.Join(got, ",") != tc.writes {
-				t.Errorf("writes:\n got %s\nwant %s", strings.Join(got, ","), tc.writes)
-			}
-			if n := counted(t, c); n != len(got) {
-				t.Errorf("the write layer counted %d writes, the API server got %d", n, len(got))
-			}
-			if tc.event != "" && !hasEvent(recorder, tc.event) {
-				t.Errorf("no %s event", tc.event)
-			}
+			checkSync(t, c, err, kube, snap, recorder, syncWant{outcome: tc.outcome, writes: tc.writes, event: tc.event})
 		})
+	}
+}
+
+// syncWant is what a sync is expected to do: its outcome ("", "final", "requeue"), its writes
+// (comma-separated, the core API's in order, then the snapshot API's in order) and a reason
+// among its events ("" for none in particular).
+type syncWant struct{ outcome, writes, event string }
+
+// checkSync checks a sync's outcome err, the writes the fake API servers got, that the write
+// layer counted each of them, and the events.
+func checkSync(t *testing.T, c *Controller, err error, kube *kubefake.Clientset, snap *snapfake.Clientset,
+	recorder *record.FakeRecorder, want syncWant) {
+	t.Helper()
+	if got := outcome(err); got != want.outcome {
+		t.Errorf("outcome %q (%v), want %q", got, err, want.outcome)
+	}
+	got := writes(kube.Actions(), snap.Actions())
+	if strings.Join(got, ",") != want.writes {
+		t.Errorf("writes:\n got %s\nwant %s", strings.Join(got, ","), want.writes)
+	}
+	if n := counted(t, c); n != len(got) {
+		t.Errorf("the write layer counted %d writes, the API server got %d", n, len(got))
+	}
+	if want.event != "" && !hasEvent(recorder, want.event) {
+		t.Errorf("no %s event", want.event)
 	}
 }
 
