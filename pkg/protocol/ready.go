@@ -13,18 +13,32 @@ type Reporting interface {
 		*groupv1.VolumeGroupSnapshot | *groupv1.VolumeGroupSnapshotContent
 }
 
-// Ready tells whether obj's status says readyToUse: true. No object, no status or no field is not
-// ready.
-func Ready[T Reporting](obj T) bool {
+// Report is what obj's status says: whether it is ready to use, and its error (nil for none). No
+// object, no status or no field is not ready and no error.
+func Report[T Reporting](obj T) (ready bool, err *snapshotv1.VolumeSnapshotError) {
 	switch o := any(obj).(type) {
 	case *snapshotv1.VolumeSnapshot:
-		return o != nil && o.Status != nil && ptr.Deref(o.Status.ReadyToUse, false)
+		if o != nil && o.Status != nil {
+			return ptr.Deref(o.Status.ReadyToUse, false), o.Status.Error
+		}
 	case *snapshotv1.VolumeSnapshotContent:
-		return o != nil && o.Status != nil && ptr.Deref(o.Status.ReadyToUse, false)
+		if o != nil && o.Status != nil {
+			return ptr.Deref(o.Status.ReadyToUse, false), o.Status.Error
+		}
 	case *groupv1.VolumeGroupSnapshot:
-		return o != nil && o.Status != nil && ptr.Deref(o.Status.ReadyToUse, false)
+		if o != nil && o.Status != nil {
+			return ptr.Deref(o.Status.ReadyToUse, false), o.Status.Error
+		}
 	case *groupv1.VolumeGroupSnapshotContent:
-		return o != nil && o.Status != nil && ptr.Deref(o.Status.ReadyToUse, false)
+		if o != nil && o.Status != nil {
+			return ptr.Deref(o.Status.ReadyToUse, false), o.Status.Error
+		}
 	}
-	return false
+	return false, nil
+}
+
+// Ready tells whether obj's status says readyToUse: true.
+func Ready[T Reporting](obj T) bool {
+	ready, _ := Report(obj)
+	return ready
 }

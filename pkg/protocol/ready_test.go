@@ -9,33 +9,52 @@ import (
 	snapshotv1 "github.com/shutter-csi/shutter/client/apis/volumesnapshot/v1"
 )
 
-func TestReady(t *testing.T) {
+// TestReport: readiness and error of each kind, and what a missing object, status or field
+// reports.
+func TestReport(t *testing.T) {
+	failed := &snapshotv1.VolumeSnapshotError{Message: ptr.To("backend full")}
+	type report struct {
+		ready bool
+		err   *snapshotv1.VolumeSnapshotError
+	}
+	of := func(ready bool, err *snapshotv1.VolumeSnapshotError) report { return report{ready, err} }
 	tests := []struct {
 		name string
-		got  bool
-		want bool
+		got  report
+		want report
 	}{
-		{"snapshot: none", Ready((*snapshotv1.VolumeSnapshot)(nil)), false},
-		{"snapshot: no status", Ready(&snapshotv1.VolumeSnapshot{}), false},
-		{"snapshot: no field", Ready(&snapshotv1.VolumeSnapshot{Status: &snapshotv1.VolumeSnapshotStatus{}}), false},
-		{"snapshot: false", Ready(&snapshotv1.VolumeSnapshot{Status: &snapshotv1.VolumeSnapshotStatus{ReadyToUse: ptr.To(false)}}), false},
-		{"snapshot: true", Ready(&snapshotv1.VolumeSnapshot{Status: &snapshotv1.VolumeSnapshotStatus{ReadyToUse: ptr.To(true)}}), true},
-		{"content: none", Ready((*snapshotv1.VolumeSnapshotContent)(nil)), false},
-		{"content: no status", Ready(&snapshotv1.VolumeSnapshotContent{}), false},
-		{"content: false", Ready(&snapshotv1.VolumeSnapshotContent{Status: &snapshotv1.VolumeSnapshotContentStatus{ReadyToUse: ptr.To(false)}}), false},
-		{"content: true", Ready(&snapshotv1.VolumeSnapshotContent{Status: &snapshotv1.VolumeSnapshotContentStatus{ReadyToUse: ptr.To(true)}}), true},
-		{"group: none", Ready((*groupv1.VolumeGroupSnapshot)(nil)), false},
-		{"group: no status", Ready(&groupv1.VolumeGroupSnapshot{}), false},
-		{"group: no field", Ready(&groupv1.VolumeGroupSnapshot{Status: &groupv1.VolumeGroupSnapshotStatus{}}), false},
-		{"group: true", Ready(&groupv1.VolumeGroupSnapshot{Status: &groupv1.VolumeGroupSnapshotStatus{ReadyToUse: ptr.To(true)}}), true},
-		{"group content: none", Ready((*groupv1.VolumeGroupSnapshotContent)(nil)), false},
-		{"group content: no status", Ready(&groupv1.VolumeGroupSnapshotContent{}), false},
-		{"group content: false", Ready(&groupv1.VolumeGroupSnapshotContent{Status: &groupv1.VolumeGroupSnapshotContentStatus{ReadyToUse: ptr.To(false)}}), false},
-		{"group content: true", Ready(&groupv1.VolumeGroupSnapshotContent{Status: &groupv1.VolumeGroupSnapshotContentStatus{ReadyToUse: ptr.To(true)}}), true},
+		{"snapshot: none", of(Report((*snapshotv1.VolumeSnapshot)(nil))), report{}},
+		{"snapshot: no status", of(Report(&snapshotv1.VolumeSnapshot{})), report{}},
+		{"snapshot: no field", of(Report(&snapshotv1.VolumeSnapshot{Status: &snapshotv1.VolumeSnapshotStatus{}})), report{}},
+		{"snapshot: false, error", of(Report(&snapshotv1.VolumeSnapshot{Status: &snapshotv1.VolumeSnapshotStatus{
+			ReadyToUse: ptr.To(false), Error: failed}})), report{err: failed}},
+		{"snapshot: true", of(Report(&snapshotv1.VolumeSnapshot{Status: &snapshotv1.VolumeSnapshotStatus{ReadyToUse: ptr.To(true)}})),
+			report{ready: true}},
+		{"content: none", of(Report((*snapshotv1.VolumeSnapshotContent)(nil))), report{}},
+		{"content: no status", of(Report(&snapshotv1.VolumeSnapshotContent{})), report{}},
+		{"content: error", of(Report(&snapshotv1.VolumeSnapshotContent{Status: &snapshotv1.VolumeSnapshotContentStatus{Error: failed}})),
+			report{err: failed}},
+		{"content: true", of(Report(&snapshotv1.VolumeSnapshotContent{Status: &snapshotv1.VolumeSnapshotContentStatus{ReadyToUse: ptr.To(true)}})),
+			report{ready: true}},
+		{"group: none", of(Report((*groupv1.VolumeGroupSnapshot)(nil))), report{}},
+		{"group: no field", of(Report(&groupv1.VolumeGroupSnapshot{Status: &groupv1.VolumeGroupSnapshotStatus{}})), report{}},
+		{"group: error", of(Report(&groupv1.VolumeGroupSnapshot{Status: &groupv1.VolumeGroupSnapshotStatus{Error: failed}})),
+			report{err: failed}},
+		{"group: true", of(Report(&groupv1.VolumeGroupSnapshot{Status: &groupv1.VolumeGroupSnapshotStatus{ReadyToUse: ptr.To(true)}})),
+			report{ready: true}},
+		{"group content: none", of(Report((*groupv1.VolumeGroupSnapshotContent)(nil))), report{}},
+		{"group content: error", of(Report(&groupv1.VolumeGroupSnapshotContent{Status: &groupv1.VolumeGroupSnapshotContentStatus{
+			Error: failed}})), report{err: failed}},
+		{"group content: true", of(Report(&groupv1.VolumeGroupSnapshotContent{Status: &groupv1.VolumeGroupSnapshotContentStatus{
+			ReadyToUse: ptr.To(true)}})), report{ready: true}},
 	}
 	for _, tc := range tests {
 		if tc.got != tc.want {
-			t.Errorf("%s: Ready is %v, want %v", tc.name, tc.got, tc.want)
+			t.Errorf("%s: Report is %+v, want %+v", tc.name, tc.got, tc.want)
 		}
+	}
+	if Ready(&snapshotv1.VolumeSnapshot{Status: &snapshotv1.VolumeSnapshotStatus{ReadyToUse: ptr.To(true)}}) != true ||
+		Ready(&groupv1.VolumeGroupSnapshot{}) != false {
+		t.Error("Ready does not say what Report says")
 	}
 }

@@ -72,7 +72,7 @@ func newVolumeSnapshots(client clientset.Interface, lister snapshotlisters.Volum
 			return vs
 		},
 		describe: func(vs *snapshotv1.VolumeSnapshot) (string, State) {
-			return ptr.Deref(vs.Spec.Source.PersistentVolumeClaimName, ""), stateOf(protocol.Ready(vs), vs.Status != nil && vs.Status.Error != nil)
+			return ptr.Deref(vs.Spec.Source.PersistentVolumeClaimName, ""), stateOf(protocol.Report(vs))
 		},
 	}
 }
@@ -96,17 +96,17 @@ func newVolumeGroupSnapshots(client clientset.Interface, lister grouplisters.Vol
 			return vgs
 		},
 		describe: func(vgs *groupv1.VolumeGroupSnapshot) (string, State) {
-			return "", stateOf(protocol.Ready(vgs), vgs.Status != nil && vgs.Status.Error != nil)
+			return "", stateOf(protocol.Report(vgs))
 		},
 	}
 }
 
-// stateOf is the State of a snapshot that is ready or, with an error in its status, failed.
-func stateOf(ready, failed bool) State {
+// stateOf is the State of a snapshot whose status reports ready and err.
+func stateOf(ready bool, err *snapshotv1.VolumeSnapshotError) State {
 	switch {
 	case ready:
 		return Ready
-	case failed:
+	case err != nil:
 		return Failed
 	}
 	return Pending

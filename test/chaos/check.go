@@ -200,10 +200,8 @@ func (s *state) contentChecks() []violation {
 }
 
 func readyOrInjected(vs snapshotv1.VolumeSnapshot) bool {
-	if protocol.Ready(&vs) {
-		return true
-	}
-	return vs.Status != nil && vs.Status.Error != nil && strings.Contains(ptr.Deref(vs.Status.Error.Message, ""), finalMessage)
+	ready, err := protocol.Report(&vs)
+	return ready || err != nil && strings.Contains(ptr.Deref(err.Message, ""), finalMessage)
 }
 
 func describe(vs snapshotv1.VolumeSnapshot) string {
