@@ -60,7 +60,7 @@ func TestExplain(t *testing.T) {
 			c.Status = &snapshotv1.VolumeSnapshotContentStatus{Error: &snapshotv1.VolumeSnapshotError{Message: &msg}}
 		})}, RuleBackendError, "backend error: disk full"},
 		{"dead sidecar", &chain{vs: vs(), content: content(), sidecar: dead}, RuleNoSidecar, "has renewed its lease for 7m"},
-		{"no Lease at all", &chain{vs: vs(), content: content()}, RuleNoSidecar, "holds a Lease (shutter-snapshotter-d or external-snapshotter-leader-d"},
+		{"no Lease at all", &chain{vs: vs(), content: content()}, RuleNoSidecar, "holds a Lease (external-snapshotter-leader-d or shutter-snapshotter-d"},
 		{"only a tenant's Lease", &chain{vs: vs(), content: content(), sidecar: holder{Ignored: []string{"tenant/shutter-snapshotter-d"}}},
 			RuleNoSidecar, "not counted: tenant/shutter-snapshotter-d, in a namespace where no csi-snapshotter can run"},
 		{"renewed in the future", &chain{vs: vs(), content: content(), sidecar: holder{Lease: "kube-system/shutter-snapshotter-d",

@@ -48,7 +48,7 @@ func newFixture(t *testing.T, now time.Time, objs ...runtime.Object) *fixture {
 		}
 	}
 	kubeClient := kubefake.NewClientset(kubeObjs...)
-	client := fake.NewSimpleClientset(snapObjs...)
+	client := fake.NewClientset(snapObjs...)
 	client.PrependReactor("create", "*", apiServerMeta())
 	kubeInf := informers.NewSharedInformerFactory(kubeClient, 0)
 	snapInf := snapinformers.NewSharedInformerFactory(client, 0)

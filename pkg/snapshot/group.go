@@ -28,10 +28,6 @@ const (
 	ReasonGroupInvalid = "InvalidGroupSnapshot"
 )
 
-// groupCRDPoll is how often the controller looks for the group CRDs when they were missing at
-// start.
-const groupCRDPoll = 30 * time.Second
-
 // groupReconciler reconciles VolumeGroupSnapshots and VolumeGroupSnapshotContents.
 type groupReconciler = reconciler[*groupv1.VolumeGroupSnapshot, *groupv1.VolumeGroupSnapshotContent]
 

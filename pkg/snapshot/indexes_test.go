@@ -56,7 +56,7 @@ func TestSnapshotsBySourcePVC(t *testing.T) {
 // factories (a restart in tests, a new term as leader), gets informers of its own: adding its
 // indexers must not find the first controller's there.
 func TestNewOnFreshFactoriesAgain(t *testing.T) {
-	clients := Clients{Kube: kubefake.NewClientset(), Snapshots: snapfake.NewSimpleClientset()}
+	clients := Clients{Kube: kubefake.NewClientset(), Snapshots: snapfake.NewClientset()}
 	for i := range 2 {
 		kubeInformers, snapInformers := InformerFactories(clients)
 		if _, err := New(clients, kubeInformers, snapInformers, record.NewFakeRecorder(10), Options{}); err != nil {

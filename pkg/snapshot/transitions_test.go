@@ -129,7 +129,7 @@ func testControllerInformers(t *testing.T, objs ...runtime.Object) (*Controller,
 			snapObjs = append(snapObjs, o)
 		}
 	}
-	kube, snap := kubefake.NewClientset(kubeObjs...), snapfake.NewSimpleClientset(snapObjs...)
+	kube, snap := kubefake.NewClientset(kubeObjs...), snapfake.NewClientset(snapObjs...)
 	kf, sf := informers.NewSharedInformerFactory(kube, 0), snapinformers.NewSharedInformerFactory(snap, 0)
 	recorder := record.NewFakeRecorder(10)
 	c, err := New(Clients{Kube: kube, Snapshots: snap}, kf, sf, recorder, Options{PreventVolumeModeConversion: true})

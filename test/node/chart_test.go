@@ -35,7 +35,7 @@ func TestChartOnNode(t *testing.T) {
 	start := time.Now()
 	images := buildChartImages(t, ctx, bin, dir)
 	t.Logf("images built in %s", time.Since(start).Round(100*time.Millisecond))
-	n := startNodeWith(t, ctx, bin, dir, images)
+	n := startNodeWith(t, ctx, bin, dir, cluster.NodeOptions{Images: images})
 	k := kube{t: t, ctx: ctx, bin: bin, kubeconfig: n.c.Kubeconfig}
 	port := strings.TrimPrefix(n.c.URL, "https://127.0.0.1:")
 	dataDir := filepath.Join(n.dir, "node", "hostpath-data")

@@ -9,7 +9,6 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/utils/ptr"
 
 	snapshotv1 "github.com/shutter-csi/shutter/client/apis/volumesnapshot/v1"
@@ -237,13 +236,11 @@ func TestNoDeletionWhileBeingCreated(t *testing.T) {
 	f := setup(t)
 	a, vs := f.heldSnapshotOfData(t, "slow")
 	name := protocol.ContentName(vs.UID)
-	err := wait.PollUntilContextTimeout(context.Background(), 50*time.Millisecond, 30*time.Second, true, func(ctx context.Context) (bool, error) {
-		c, err := f.client.SnapshotV1().VolumeSnapshotContents().Get(ctx, name, metav1.GetOptions{})
-		return err == nil && c.Annotations[protocol.AnnBeingCreated] != "", nil
+	testenv.WaitFor(t, "content "+name+" being created", 30*time.Second, func(ctx context.Context) (*snapshotv1.VolumeSnapshotContent, error) {
+		return f.client.SnapshotV1().VolumeSnapshotContents().Get(ctx, name, metav1.GetOptions{})
+	}, func(c *snapshotv1.VolumeSnapshotContent) bool {
+		return c != nil && c.Annotations[protocol.AnnBeingCreated] != ""
 	})
-	if err != nil {
-		t.Fatal(err)
-	}
 	waiting := processed.After(t, snapshotQueue, f.key(vs.Name))
 	f.deleteSnapshot(t, vs.Name)
 	waiting.Until(t, "the deletion waits for the content being created", func(r controller.Result) bool {

@@ -14,7 +14,6 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/klog/v2"
 	"k8s.io/utils/ptr"
@@ -173,12 +172,7 @@ func (f *fixture) readySnapshotOfData(t *testing.T) *snapshotv1.VolumeSnapshot {
 // waitGone waits until get answers NotFound for the object named in what.
 func waitGone(t *testing.T, what string, get func(ctx context.Context) error) {
 	t.Helper()
-	err := wait.PollUntilContextTimeout(context.Background(), 50*time.Millisecond, 60*time.Second, true, func(ctx context.Context) (bool, error) {
-		return apierrors.IsNotFound(get(ctx)), nil
-	})
-	if err != nil {
-		t.Fatalf("%s still there: %v", what, err)
-	}
+	testenv.WaitGone(t, what, 60*time.Second, get)
 }
 
 func (f *fixture) getContent(ctx context.Context, name string) error {
