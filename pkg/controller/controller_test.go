@@ -199,6 +199,46 @@ func TestWrites(t *testing.T) {
 	}
 }
 
+// TestWritesLookup: the lister's copy made current by an own write, an own create the lister does
+// not show yet, nothing, and a lister failure.
+func TestWritesLookup(t *testing.T) {
+	w := NewWrites[*metav1.ObjectMeta]()
+	listed := map[string]*metav1.ObjectMeta{"stale": obj("stale", "1", "5"), "current": obj("current", "1", "5")}
+	get := func(key Key) (*metav1.ObjectMeta, error) {
+		if key.Name == "broken" {
+			return nil, errors.New("broken lister")
+		}
+		if o, ok := listed[key.Name]; ok {
+			return o, nil
+		}
+		return nil, apierrors.NewNotFound(schema.GroupResource{Resource: "things"}, key.Name)
+	}
+	w.Record(obj("stale", "1", "7"))
+	w.Record(obj("created", "1", "1"))
+	tests := []struct {
+		name    string
+		wantRV  string // "" for not found
+		wantErr bool
+	}{
+		{name: "stale", wantRV: "7"},
+		{name: "current", wantRV: "5"},
+		{name: "created", wantRV: "1"},
+		{name: "missing"},
+		{name: "broken", wantErr: true},
+	}
+	for _, tc := range tests {
+		got, found, err := w.Lookup(Key{Name: tc.name}, get)
+		switch {
+		case (err != nil) != tc.wantErr:
+			t.Errorf("%s: error %v, want one: %v", tc.name, err, tc.wantErr)
+		case found != (tc.wantRV != ""):
+			t.Errorf("%s: found %v, want %v", tc.name, found, tc.wantRV != "")
+		case found && got.ResourceVersion != tc.wantRV:
+			t.Errorf("%s: resourceVersion %s, want %s", tc.name, got.ResourceVersion, tc.wantRV)
+		}
+	}
+}
+
 func TestWritesObserve(t *testing.T) {
 	w := NewWrites[*metav1.ObjectMeta]().WithTrim(func(o *metav1.ObjectMeta) *metav1.ObjectMeta {
 		o.ManagedFields = nil

@@ -14,6 +14,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/tools/cache"
 	clocktesting "k8s.io/utils/clock/testing"
+	"k8s.io/utils/ptr"
 
 	snapshotv1 "github.com/shutter-csi/shutter/client/apis/volumesnapshot/v1"
 )
@@ -24,7 +25,7 @@ func TestSidecarLiveness(t *testing.T) {
 	leaseIn := func(ns, name string, renewedAgo time.Duration) *coordinationv1.Lease {
 		renewed := metav1.NewMicroTime(now.Add(-renewedAgo))
 		return &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns},
-			Spec: coordinationv1.LeaseSpec{HolderIdentity: ptr("pod-0"), LeaseDurationSeconds: ptr(int32(15)), RenewTime: &renewed}}
+			Spec: coordinationv1.LeaseSpec{HolderIdentity: ptr.To("pod-0"), LeaseDurationSeconds: ptr.To(int32(15)), RenewTime: &renewed}}
 	}
 	// The driver's sidecar runs in driver-ns, whose ServiceAccount may write contents.
 	lease := func(name string, renewedAgo time.Duration) *coordinationv1.Lease {
@@ -34,7 +35,7 @@ func TestSidecarLiveness(t *testing.T) {
 		return func(c *snapshotv1.VolumeSnapshotContent) { c.CreationTimestamp = metav1.NewTime(now.Add(-d)) }
 	}
 	deletedAgo := func(d time.Duration) func(*snapshotv1.VolumeSnapshotContent) {
-		return func(c *snapshotv1.VolumeSnapshotContent) { c.DeletionTimestamp = ptr(metav1.NewTime(now.Add(-d))) }
+		return func(c *snapshotv1.VolumeSnapshotContent) { c.DeletionTimestamp = ptr.To(metav1.NewTime(now.Add(-d))) }
 	}
 	tests := []struct {
 		name    string
