@@ -45,8 +45,8 @@ const cliImage = "localhost/shutter/kubectl-shutter:e2e"
 // wrote). Through the SnapshotMetadataService the chart wrote (address, generated CA, audience),
 // a ServiceAccount without the binding gets PermissionDenied, a token for another audience
 // Unauthenticated, and a delta of snapshots of two volumes InvalidArgument. fsSnapshot is a
-// snapshot of a filesystem claim.
-func checkChangedBlocks(t *testing.T, k kube, port, fsSnapshot string) {
+// snapshot of a filesystem claim that holds fsWritten bytes of files (see checkFromNode).
+func checkChangedBlocks(t *testing.T, k kube, port, fsSnapshot string, fsWritten int64) {
 	t.Helper()
 	k.run(`apiVersion: v1
 kind: ServiceAccount
@@ -89,16 +89,18 @@ subjects: [{kind: ServiceAccount, name: backup, namespace: default}]
 	if !strings.Contains(verified, "verified: equal") || !strings.Contains(verified, "source sha256 "+sumB) || !strings.Contains(verified, "target sha256 "+sumB) {
 		t.Errorf("the client pod's --verify printed\n%s\nwant both sha256 %s (what the second writer left)", verified, sumB)
 	}
-	checkRefusals(t, k, fsSnapshot)
+	checkFromNode(t, k, fsSnapshot, fsWritten)
 	k.run("", "kubectl", "delete", "pod", "cbt-client", "--wait", "--timeout=2m")
 	k.run("", "kubectl", "delete", "pvc", "cbt", "cbt-other", "cbt-restore-a", "cbt-restore-b", "--wait", "--timeout=2m")
 }
 
-// checkRefusals calls the sidecar from the node, through the SnapshotMetadataService the chart
+// checkFromNode calls the sidecar from the node, through the SnapshotMetadataService the chart
 // wrote, with tokens of ServiceAccounts with and without the chart's client ClusterRole: the
 // sidecar refuses a caller without it, a token for another audience and a delta of snapshots of
-// two volumes; the driver refuses the filesystem snapshot fsSnapshot.
-func checkRefusals(t *testing.T, k kube, fsSnapshot string) {
+// two volumes. fsSnapshot, a snapshot of a filesystem claim (an image volume on the node), has
+// allocated ranges: those of the copy of its image (at least the files written to it, inside
+// the 16 MiB image of a 10 MiB claim).
+func checkFromNode(t *testing.T, k kube, fsSnapshot string, fsWritten int64) {
 	t.Helper()
 	cfg, err := clientcmd.BuildConfigFromFlags("", k.kubeconfig)
 	if err != nil {
@@ -114,26 +116,39 @@ func checkRefusals(t *testing.T, k kube, fsSnapshot string) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, tt := range []struct {
-		name, sa, audience string
-		req                changedblocks.Request
-		code               codes.Code
-		msg                string
-	}{
-		{"no RBAC", "nobody", svc.Audience, changedblocks.Request{Snapshot: "cbt-a"}, codes.PermissionDenied, ""},
-		{"wrong audience", "backup", "another-audience", changedblocks.Request{Snapshot: "cbt-a"}, codes.Unauthenticated, ""},
-		{"different volumes", "backup", svc.Audience, changedblocks.Request{Snapshot: "cbt-b", BaseID: other.Handle}, codes.InvalidArgument, ""},
-		{"filesystem snapshot", "backup", svc.Audience, changedblocks.Request{Snapshot: fsSnapshot}, codes.InvalidArgument, "not a snapshot of a block volume"},
-	} {
-		token, err := changedblocks.Token(k.ctx, kube, "default", tt.sa, tt.audience)
+	token := func(sa, audience string) string {
+		tok, err := changedblocks.Token(k.ctx, kube, "default", sa, audience)
 		if err != nil {
 			t.Fatal(err)
 		}
-		tt.req.Token, tt.req.Namespace = token, "default"
-		err = svc.List(k.ctx, tt.req, func(changedblocks.Batch) error { return nil })
-		if st := status.Convert(err); st.Code() != tt.code || !strings.Contains(st.Message(), tt.msg) {
-			t.Errorf("%s: got %v, want %v %q", tt.name, err, tt.code, tt.msg)
+		return tok
+	}
+	for _, tt := range []struct {
+		name string
+		req  changedblocks.Request
+		code codes.Code
+	}{
+		{"no RBAC", changedblocks.Request{Token: token("nobody", svc.Audience), Snapshot: "cbt-a"}, codes.PermissionDenied},
+		{"wrong audience", changedblocks.Request{Token: token("backup", "another-audience"), Snapshot: "cbt-a"}, codes.Unauthenticated},
+		{"different volumes", changedblocks.Request{Token: token("backup", svc.Audience), Snapshot: "cbt-b", BaseID: other.Handle}, codes.InvalidArgument},
+	} {
+		tt.req.Namespace = "default"
+		if err := svc.List(k.ctx, tt.req, func(changedblocks.Batch) error { return nil }); status.Code(err) != tt.code {
+			t.Errorf("%s: got %v, want %v", tt.name, err, tt.code)
 		}
+	}
+	var covered, capacity int64
+	err = svc.List(k.ctx, changedblocks.Request{Token: token("backup", svc.Audience), Namespace: "default", Snapshot: fsSnapshot},
+		func(b changedblocks.Batch) error {
+			capacity = b.Capacity
+			for _, r := range b.Ranges {
+				covered += r.Size
+			}
+			return nil
+		})
+	if err != nil || capacity != 16<<20 || covered < fsWritten || covered > capacity {
+		t.Errorf("allocated ranges of the filesystem snapshot %s: %d bytes of %d, %v; want at least the %d bytes written, of 16 MiB",
+			fsSnapshot, covered, capacity, err, fsWritten)
 	}
 }
 

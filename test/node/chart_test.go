@@ -78,7 +78,7 @@ func TestChartOnNode(t *testing.T) {
 	}
 
 	blockRoundTrip(t, k)
-	checkChangedBlocks(t, k, port, "data-snapshot")
+	checkChangedBlocks(t, k, port, "data-snapshot", 8*32768)
 
 	k.run("", "kubectl", "delete", "pod", "writer", "reader", "--wait")
 	k.run("", "kubectl", "delete", "pvc", "restored", "data", "--wait")

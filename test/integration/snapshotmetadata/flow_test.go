@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -45,20 +46,24 @@ type env struct {
 	kube      kubernetes.Interface
 	snapshots clientset.Interface
 	ctrl      csi.ControllerClient
-	// volumePath is where the driver keeps a block volume's data.
+	// volumePath is where the driver keeps a volume's data (a filesystem volume's is a folder).
 	volumePath func(id string) string
-	ns         string
+	// dataDir is the driver's data folder.
+	dataDir string
+	ns      string
 }
 
 // upstreamHostpathEnv names a binary of upstream's csi-driver-host-path to test the sidecar in
 // front of instead of Shutter's driver (by hand: that driver is not a Go module the proxy serves).
 const upstreamHostpathEnv = "SHUTTER_UPSTREAM_HOSTPATH"
 
-// startDriver serves a driver on socket: Shutter's hostpath driver in this process, or
-// upstream's binary named by $SHUTTER_UPSTREAM_HOSTPATH. Its end is sent on served.
-func (e *env) startDriver(t *testing.T, ctx context.Context, dir, socket string, served chan<- error) (stop func()) {
+// startDriver serves a driver on socket: Shutter's hostpath driver in this process, with its
+// options changed by opts, or upstream's binary named by $SHUTTER_UPSTREAM_HOSTPATH. Its end is
+// sent on served.
+func (e *env) startDriver(t *testing.T, ctx context.Context, dir, socket string, served chan<- error, opts ...func(*hostpath.Options)) (stop func()) {
 	t.Helper()
 	data := filepath.Join(dir, "data")
+	e.dataDir = data
 	if bin := os.Getenv(upstreamHostpathEnv); bin != "" {
 		e.volumePath = func(id string) string { return filepath.Join(data, id) }
 		cmd := exec.CommandContext(ctx, bin, "--endpoint=unix://"+socket, "--drivername="+driverName, "--nodeid=node-1",
@@ -74,7 +79,13 @@ func (e *env) startDriver(t *testing.T, ctx context.Context, dir, socket string,
 	o := hostpath.DefaultOptions()
 	o.NodeID, o.DriverName, o.DataDir, o.EnableSnapshotMetadata = "node-1", driverName, data, true
 	o.Endpoint, o.Sync = "unix://"+socket, false
+	for _, f := range opts {
+		f(&o)
+	}
 	d, err := hostpath.New(ctx, o)
+	if err != nil && strings.Contains(err.Error(), "cannot work here") {
+		t.Skip(err)
+	}
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -86,7 +97,8 @@ func (e *env) startDriver(t *testing.T, ctx context.Context, dir, socket string,
 	return func() { _ = d.Close() }
 }
 
-func start(t *testing.T) *env {
+// start starts the env; driverOpts change the options of Shutter's driver.
+func start(t *testing.T, driverOpts ...func(*hostpath.Options)) *env {
 	t.Helper()
 	cp := testenv.Start(t)
 	testenv.InstallCRDs(t, cp.Config)
@@ -95,7 +107,7 @@ func start(t *testing.T) *env {
 	dir := t.TempDir()
 	served := make(chan error, 2)
 	socket := filepath.Join(dir, "csi.sock")
-	stopDriver := e.startDriver(t, ctx, dir, socket, served)
+	stopDriver := e.startDriver(t, ctx, dir, socket, served, driverOpts...)
 	conn, err := grpc.NewClient("unix://"+socket, grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
 		t.Fatal(err)
