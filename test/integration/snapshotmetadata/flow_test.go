@@ -215,6 +215,50 @@ func (e *env) snapshot(t *testing.T, name, volume string) string {
 	return handle
 }
 
+// deleteSnapshot deletes the backend snapshot handle and the VolumeSnapshot name (its content
+// goes with the test), as the controller and csi-snapshotter would for a deleted snapshot.
+func (e *env) deleteSnapshot(t *testing.T, name, handle string) {
+	t.Helper()
+	ctx := context.Background()
+	if _, err := e.ctrl.DeleteSnapshot(ctx, &csi.DeleteSnapshotRequest{SnapshotId: handle}); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.snapshots.SnapshotV1().VolumeSnapshots(e.ns).Delete(ctx, name, metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// pendingSnapshot makes a VolumeSnapshot name whose backend snapshot is not cut yet: bound to a
+// content without a snapshot handle, not ready.
+func (e *env) pendingSnapshot(t *testing.T, name string) {
+	t.Helper()
+	ctx := context.Background()
+	content := "content-" + e.ns + "-" + name
+	vs, err := e.snapshots.SnapshotV1().VolumeSnapshots(e.ns).Create(ctx, &snapshotv1.VolumeSnapshot{
+		ObjectMeta: metav1.ObjectMeta{Name: name},
+		Spec:       snapshotv1.VolumeSnapshotSpec{Source: snapshotv1.VolumeSnapshotSource{VolumeSnapshotContentName: ptr.To(content)}},
+	}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = e.snapshots.SnapshotV1().VolumeSnapshotContents().Create(ctx, &snapshotv1.VolumeSnapshotContent{
+		ObjectMeta: metav1.ObjectMeta{Name: content},
+		Spec: snapshotv1.VolumeSnapshotContentSpec{Driver: driverName, DeletionPolicy: snapshotv1.VolumeSnapshotContentRetain,
+			VolumeSnapshotRef: corev1.ObjectReference{Namespace: e.ns, Name: name, UID: vs.UID},
+			Source:            snapshotv1.VolumeSnapshotContentSource{SnapshotHandle: ptr.To("snap-not-cut-yet")}},
+	}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_ = e.snapshots.SnapshotV1().VolumeSnapshotContents().Delete(context.Background(), content, metav1.DeleteOptions{})
+	})
+	vs.Status = &snapshotv1.VolumeSnapshotStatus{BoundVolumeSnapshotContentName: ptr.To(content), ReadyToUse: ptr.To(false)}
+	if _, err := e.snapshots.SnapshotV1().VolumeSnapshots(e.ns).UpdateStatus(ctx, vs, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+}
+
 // serviceAccount creates a ServiceAccount; allowed binds it to a Role that may get
 // volumesnapshots in the namespace.
 func (e *env) serviceAccount(t *testing.T, name string, allowed bool) {
