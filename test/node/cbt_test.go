@@ -192,12 +192,16 @@ func waitSucceeded(t *testing.T, k kube, pod string, containers ...string) {
 	t.Fatalf("pod %s did not succeed: %v\n%s\n%s", pod, err, out, logs)
 }
 
-// jsonRanges reads the ranges of `changed-blocks -o json` (one JSON message a line), merging
-// those that touch: a driver may split a range over messages.
+// jsonRanges reads the ranges of `changed-blocks -o json` (one JSON message a line; the log may
+// hold other lines, of stderr), merging those that touch: a driver may split a range over
+// messages.
 func jsonRanges(t *testing.T, out string) [][2]int64 {
 	t.Helper()
 	var got [][2]int64
 	for _, line := range strings.Split(strings.TrimSpace(out), "\n") {
+		if !strings.HasPrefix(line, "{") {
+			continue
+		}
 		var b changedblocks.Batch
 		if err := json.Unmarshal([]byte(line), &b); err != nil {
 			t.Fatalf("changed-blocks printed %q: %v", line, err)
