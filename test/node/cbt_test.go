@@ -62,10 +62,10 @@ metadata: {name: backup}
 roleRef: {apiGroup: rbac.authorization.k8s.io, kind: ClusterRole, name: shutter-snapshot-metadata-client}
 subjects: [{kind: ServiceAccount, name: backup, namespace: default}]
 `, "kubectl", "apply", "-f", "-")
-	k.run(manifest("block-claim.yaml", map[string]string{"NAME": "cbt"})+"---\n"+manifest("block-claim.yaml", map[string]string{"NAME": "cbt-other"}), "kubectl", "apply", "-f", "-")
+	k.run(manifest("block-claim.yaml", map[string]string{"NAME": "cbt"}), "kubectl", "apply", "-f", "-")
 	wroteA := writeBlocks(t, k, "cbt-write-a", "a", cbtWritten)
-	k.run(snapshotOf("cbt-a", "cbt")+"---\n"+snapshotOf("cbt-other-snap", "cbt-other"), "kubectl", "apply", "-f", "-")
-	k.run("", "kubectl", "wait", "volumesnapshot/cbt-a", "volumesnapshot/cbt-other-snap", "--for=jsonpath={.status.readyToUse}=true", "--timeout=3m")
+	k.run(snapshotOf("cbt-a", "cbt"), "kubectl", "apply", "-f", "-")
+	k.run("", "kubectl", "wait", "volumesnapshot/cbt-a", "--for=jsonpath={.status.readyToUse}=true", "--timeout=3m")
 	wroteB := writeBlocks(t, k, "cbt-write-b", "b", cbtChanged)
 	if wroteA == wroteB {
 		t.Fatalf("the second writer left the device as it was: %s", wroteB)
@@ -91,15 +91,15 @@ subjects: [{kind: ServiceAccount, name: backup, namespace: default}]
 	}
 	checkFromNode(t, k, fsSnapshot, fsWritten)
 	k.run("", "kubectl", "delete", "pod", "cbt-client", "--wait", "--timeout=2m")
-	k.run("", "kubectl", "delete", "pvc", "cbt", "cbt-other", "cbt-restore-a", "cbt-restore-b", "--wait", "--timeout=2m")
+	k.run("", "kubectl", "delete", "pvc", "cbt", "cbt-restore-a", "cbt-restore-b", "--wait", "--timeout=2m")
 }
 
 // checkFromNode calls the sidecar from the node, through the SnapshotMetadataService the chart
 // wrote, with tokens of ServiceAccounts with and without the chart's client ClusterRole: the
 // sidecar refuses a caller without it, a token for another audience and a delta of snapshots of
-// two volumes. fsSnapshot, a snapshot of a filesystem claim (an image volume on the node), has
-// allocated ranges: those of the copy of its image (at least the files written to it, inside
-// the 16 MiB image of a 10 MiB claim).
+// two volumes (B and fsSnapshot). fsSnapshot, a snapshot of a filesystem claim (an image volume
+// on the node), has allocated ranges: those of the copy of its image (at least the files written
+// to it, inside the 16 MiB image of a 10 MiB claim).
 func checkFromNode(t *testing.T, k kube, fsSnapshot string, fsWritten int64) {
 	t.Helper()
 	cfg, err := clientcmd.BuildConfigFromFlags("", k.kubeconfig)
@@ -112,7 +112,7 @@ func checkFromNode(t *testing.T, k kube, fsSnapshot string, fsWritten int64) {
 		t.Fatal(err)
 	}
 	defer svc.Close()
-	other, err := changedblocks.Resolve(k.ctx, snapshots, "default", "cbt-other-snap")
+	other, err := changedblocks.Resolve(k.ctx, snapshots, "default", fsSnapshot)
 	if err != nil {
 		t.Fatal(err)
 	}
