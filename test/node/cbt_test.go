@@ -85,6 +85,7 @@ subjects: [{kind: ServiceAccount, name: backup, namespace: default}]
 		t.Errorf("the client pod got %v as the delta from A to B, want %v", got, cbtChanged)
 	}
 	verified := k.run("", "kubectl", "logs", "cbt-client", "-c", "verify")
+	t.Logf("the client pod's --verify:\n%s", verified)
 	sumB := strings.TrimPrefix(wroteB, "total ")
 	if !strings.Contains(verified, "verified: equal") || !strings.Contains(verified, "source sha256 "+sumB) || !strings.Contains(verified, "target sha256 "+sumB) {
 		t.Errorf("the client pod's --verify printed\n%s\nwant both sha256 %s (what the second writer left)", verified, sumB)
