@@ -269,8 +269,10 @@ func (c *Cluster) stopNode() error {
 
 // cleanNode puts the host back after the node of state folder dir, whether it stopped, crashed
 // or never ran: it kills every process left in the node's cgroup (containers, pause, shims),
-// removes the shims' sockets, detaches every mount under the node's folder, removes the
-// cgroups, kubelet's links to the node's pod logs, and gives back the node's hold on the sysctls.
+// removes the shims' sockets, detaches every mount under the node's folder and then the loop
+// devices of files under it (a block volume published when the node stopped keeps its device),
+// removes the cgroups, kubelet's links to the node's pod logs, and gives back the node's hold on
+// the sysctls.
 // A second call finds nothing to do.
 func cleanNode(dir string) error {
 	return errors.Join(cleanHost(dir), releaseSysctls(dir))
@@ -283,6 +285,7 @@ func cleanHost(dir string) error {
 	errs = append(errs, removeCgroup(nodeCgroup(dir)))
 	errs = append(errs, removeShimSockets(p))
 	errs = append(errs, unmountAll(p.dir))
+	errs = append(errs, detachLoops(p.dir))
 	errs = append(errs, removeLogLinks(p))
 	errs = append(errs, removeHostDirs(p))
 	return errors.Join(errs...)

@@ -304,9 +304,17 @@ func (h host) assertSame(t *testing.T, before host) {
 	}
 }
 
-// assertNothingUnder checks that no mount and no process refers to the state folder.
+// assertNothingUnder checks that no mount, no loop device and no process refers to the state
+// folder.
 func assertNothingUnder(t *testing.T, dir string) {
 	t.Helper()
+	loops, err := cluster.LoopsUnder(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, l := range loops {
+		t.Errorf("loop device left behind: %s", l)
+	}
 	for _, m := range mounts(t) {
 		if strings.HasPrefix(m.point, dir+"/") || m.point == dir {
 			t.Errorf("mount left behind: %s (%s)", m.point, m.fsType)
