@@ -23,9 +23,8 @@ const stopGrace = 10 * time.Second
 // process is one control-plane component started by this package.
 type process struct {
 	name string
-	// netns and dir are those of its procSpec.
-	netns, dir string
-	args       []string
+	spec procSpec
+	args []string
 	log  string
 	cmd  *exec.Cmd
 	done chan struct{}
@@ -39,10 +38,11 @@ func (c *Cluster) run(opts Options, name string, args []string, env ...string) e
 }
 
 // procSpec is a component to start: binary name from Options.BinDir, the folder of its log and
-// pid file, and the network namespace it runs in ("" for the host's).
+// pid file, and the network namespace (a name) and mount namespace (a file) it runs in ("" for
+// the host's).
 type procSpec struct {
-	name, dir, netns string
-	args, env        []string
+	name, dir, netns, mntns string
+	args, env               []string
 }
 
 // runProc starts a component as spec says. A component of a namespace is started through
@@ -56,8 +56,15 @@ func (c *Cluster) runProc(opts Options, spec procSpec) error {
 	}
 	defer logFile.Close()
 	bin, args := filepath.Join(opts.BinDir, spec.name), spec.args
-	if spec.netns != "" {
-		bin, args = "nsenter", append([]string{"--net=" + netnsPath(spec.netns), "--", bin}, args...)
+	if spec.netns != "" || spec.mntns != "" {
+		enter := []string{}
+		if spec.netns != "" {
+			enter = append(enter, "--net="+netnsPath(spec.netns))
+		}
+		if spec.mntns != "" {
+			enter = append(enter, "--mount="+spec.mntns)
+		}
+		bin, args = "nsenter", append(append(enter, "--", bin), args...)
 	}
 	cmd := exec.Command(bin, args...)
 	cmd.Stdout, cmd.Stderr = logFile, logFile
@@ -74,7 +81,7 @@ func (c *Cluster) runProc(opts Options, spec procSpec) error {
 	if err := cmd.Start(); err != nil {
 		return fmt.Errorf("start %s: %w", spec.name, err)
 	}
-	p := &process{name: spec.name, netns: spec.netns, dir: spec.dir, args: spec.args, log: logPath, cmd: cmd, done: make(chan struct{})}
+	p := &process{name: spec.name, spec: spec, args: spec.args, log: logPath, cmd: cmd, done: make(chan struct{})}
 	go func() {
 		p.err = cmd.Wait()
 		close(p.done)
@@ -133,7 +140,14 @@ func StopDir(dir string) error {
 		stopPid(pid)
 		_ = os.Remove(pidFile)
 	}
-	if _, err := os.Stat(newNodePaths(dir).dir); err == nil {
+	if dirs := nodeDirs(dir); len(dirs) > 0 {
+		for _, d := range dirs {
+			found = found || readPid(filepath.Join(d, "kubelet.pid")) > 0 || readPid(filepath.Join(d, "containerd.pid")) > 0
+		}
+		if err := cleanNodes(dir); err != nil {
+			return err
+		}
+	} else if _, err := os.Stat(newNodePaths(dir).dir); err == nil {
 		if err := cleanNode(dir); err != nil {
 			return err
 		}
