@@ -158,7 +158,7 @@ cluster-down:
 ## test-nodes: the tests of several local nodes and the chart's distributed mode (root, node
 ## tools built; minutes; not in `make test`)
 test-nodes:
-	$(GO) test -count=1 -timeout 30m -v ./test/nodes/
+	SHUTTER_TEST_NODES=1 $(GO) test -count=1 -timeout 45m -v ./test/nodes/
 
 clean:
 	rm -rf $(BIN)

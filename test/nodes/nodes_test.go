@@ -33,6 +33,9 @@ func (w testWriter) Write(p []byte) (int, error) {
 // skips the test (under -short, not root, or not built).
 func tools(t *testing.T, extra ...string) string {
 	t.Helper()
+	if os.Getenv("SHUTTER_TEST_NODES") != "1" {
+		t.Skip("starts several nodes for minutes; set SHUTTER_TEST_NODES=1 (make test-nodes)")
+	}
 	if testing.Short() {
 		t.Skip("starts nodes; skipped with -short")
 	}
