@@ -116,12 +116,32 @@ func removeNetwork(dir string) error {
 		return err
 	}
 	var errs []error
+	left := 0
 	for _, e := range entries {
 		if strings.HasPrefix(e.Name(), netnsPrefix(dir)) {
 			errs = append(errs, ipCmd(context.Background(), "netns", "del", e.Name()))
+		} else {
+			left++
 		}
 	}
-	return errors.Join(errs...)
+	err = errors.Join(errs...)
+	if left == 0 && err == nil {
+		err = removeNetnsDir()
+	}
+	return err
+}
+
+// removeNetnsDir undoes what `ip netns add` does to the host the first time: it makes
+// /run/netns a mount of itself, which stays after the last namespace goes. Called once no
+// namespace is left there (anyone's).
+func removeNetnsDir() error {
+	if err := unmountAll("/run/netns"); err != nil {
+		return err
+	}
+	if err := os.Remove("/run/netns"); err != nil && !errors.Is(err, os.ErrNotExist) && !errors.Is(err, unix.ENOTEMPTY) {
+		return err
+	}
+	return nil
 }
 
 // inNetns runs f on an OS thread switched into the namespace at path. The thread goes back to

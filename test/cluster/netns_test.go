@@ -138,6 +138,11 @@ func TestNetwork(t *testing.T) {
 			t.Errorf("namespace %s left", e.Name())
 		}
 	}
+	if others, _ := os.ReadDir("/run/netns"); len(others) == 0 {
+		if points, _ := mountsUnder("/run/netns"); len(points) > 0 {
+			t.Errorf("/run/netns still mounted: %v", points)
+		}
+	}
 	if after := hostNetwork(t); after != before {
 		t.Errorf("the host's network changed after removal:\nbefore\n%s\nafter\n%s", before, after)
 	}
