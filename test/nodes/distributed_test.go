@@ -164,7 +164,8 @@ func csiCalls(t *testing.T, ctx context.Context, n cluster.Node, method string) 
 // TestDistributedChart installs the chart in distributed mode on three nodes: a claim is
 // provisioned on each node and written by a pod there; a snapshot of node 2's claim is taken by
 // node 2's csi-snapshotter alone (the other two make no CSI call), restored by a claim whose pod
-// the scheduler places (it lands on node 2) and read back equal; each node publishes its
+// the scheduler places (it lands on node 2) and read back equal; a group snapshot of claims on
+// two nodes fails with an error naming them, one of one node's claim is ready; each node publishes its
 // CSIStorageCapacity, and a claim larger than every node stays Pending without a volume; node
 // 3's kubelet and driver killed, a snapshot on node 1 still becomes ready, and node 3's pending
 // one once node 3 is back. The memory each node costs is logged.
@@ -205,6 +206,7 @@ func TestDistributedChart(t *testing.T) {
 	}
 
 	snapshotOnOneNode(t, ctx, k, c, written)
+	groupsAndNodes(t, k, c)
 	claimTooLarge(t, k)
 	nodeDown(t, ctx, k, c, bin)
 	for _, n := range c.Nodes {
@@ -280,6 +282,35 @@ func snapshotOnOneNode(t *testing.T, ctx context.Context, k kube, c *cluster.Clu
 		t.Errorf("reader printed %q, writer %q", read, written[c.Nodes[1].Name])
 	}
 	t.Logf("restore events:\n%s", k.run("", "kubectl", "get", "events", "--field-selector", "involvedObject.name=restored-2"))
+}
+
+// groupsAndNodes: a group snapshot of claims on nodes 1 and 2 fails with an error naming both
+// nodes; one of node 3's claim is taken by node 3 (its content is labelled so) and becomes ready.
+func groupsAndNodes(t *testing.T, k kube, c *cluster.Cluster) {
+	t.Helper()
+	k.run("", "kubectl", "label", "pvc", "data-1", "data-2", "group=cross")
+	k.run("", "kubectl", "label", "pvc", "data-3", "group=one")
+	group := func(name, selector string) string {
+		return fmt.Sprintf(`apiVersion: groupsnapshot.storage.k8s.io/v1
+kind: VolumeGroupSnapshot
+metadata: {name: %s, namespace: default}
+spec:
+  source: {selector: {matchLabels: {group: %s}}}
+`, name, selector)
+	}
+	k.run(group("cross", "cross")+"---\n"+group("one", "one"), "kubectl", "apply", "-f", "-")
+	k.run("", "kubectl", "wait", "volumegroupsnapshot/one", "--for=jsonpath={.status.readyToUse}=true", "--timeout=3m")
+	content := k.run("", "kubectl", "get", "volumegroupsnapshot", "one", "-o", "jsonpath={.status.boundVolumeGroupSnapshotContentName}")
+	if node := k.run("", "kubectl", "get", "volumegroupsnapshotcontent", content, "-o",
+		`jsonpath={.metadata.labels.snapshot\.storage\.kubernetes\.io/managed-by}`); node != c.Nodes[2].Name {
+		t.Errorf("group content %s managed-by %q, want %s", content, node, c.Nodes[2].Name)
+	}
+	k.run("", "kubectl", "wait", "volumegroupsnapshot/cross", "--for=jsonpath={.status.error.message}", "--timeout=2m")
+	msg := k.run("", "kubectl", "get", "volumegroupsnapshot", "cross", "-o", "jsonpath={.status.error.message}")
+	if !strings.Contains(msg, c.Nodes[0].Name) || !strings.Contains(msg, c.Nodes[1].Name) || !strings.Contains(msg, "more than one node") {
+		t.Errorf("group across nodes: error %q", msg)
+	}
+	k.run("", "kubectl", "delete", "volumegroupsnapshot", "cross", "one", "--wait", "--timeout=3m")
 }
 
 // claimTooLarge: a claim of twice any node's capacity, with a pod, stays Pending: the scheduler
