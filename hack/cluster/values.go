@@ -38,6 +38,8 @@ func writeNodeValues(c *cluster.Cluster, images []string) (string, error) {
 	if len(c.Nodes) > 1 {
 		// Every node sees its own folder at DataDir (its mount namespace).
 		hostpath["dataDir"], hostpath["mode"] = c.DataDir, "distributed"
+		// Servers listen on the pod's IP, its node's own address, where kubelet probes them.
+		global["listenAddress"] = ""
 	}
 	values := map[string]any{"global": global, "hostpath": hostpath}
 	data, err := yaml.Marshal(values)

@@ -162,7 +162,11 @@ func createMountNS(ctx context.Context, dir string, i int, binds [][2]string) (s
 	}
 	cmds := [][]string{{"unshare", "--mount=" + file, "--propagation", "private", "true"}}
 	for _, b := range binds {
-		cmds = append(cmds, []string{"nsenter", "--mount=" + file, "--", "mount", "--bind", b[0], b[1]})
+		// Shared inside the namespace (its peers are all in it): containerd accepts a
+		// Bidirectional volume (the driver's mounts into kubelet's pods folder) only from a
+		// shared mount.
+		cmds = append(cmds, []string{"nsenter", "--mount=" + file, "--", "mount", "--bind", b[0], b[1]},
+			[]string{"nsenter", "--mount=" + file, "--", "mount", "--make-rshared", b[1]})
 	}
 	for _, args := range cmds {
 		if out, err := exec.CommandContext(ctx, args[0], args[1:]...).CombinedOutput(); err != nil {

@@ -131,15 +131,16 @@ func lastLine(s string) string {
 	return lines[len(lines)-1]
 }
 
-// csiCalls sums the csi-snapshotter's CSI calls on node n, from its /metrics (csi-lib-utils'
-// csi_sidecar_operations_seconds histogram, whose count is one per call), in all and of method.
+// csiCalls sums the csi-snapshotter's CSI calls on node n, from its /metrics on the pod's IP
+// (the node's address) in the node's namespace (csi-lib-utils' csi_sidecar_operations_seconds
+// histogram, whose count is one per call), in all and of method.
 func csiCalls(t *testing.T, ctx context.Context, n cluster.Node, method string) (all, ofMethod int) {
 	t.Helper()
 	client := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{
 		DialContext: func(ctx context.Context, _, addr string) (net.Conn, error) { return cluster.DialIn(ctx, n.Netns, addr) },
 	}}
 	defer client.CloseIdleConnections()
-	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, "http://127.0.0.1:8081/metrics", nil)
+	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+n.Name+":8081/metrics", nil)
 	resp, err := client.Do(req)
 	if err != nil {
 		t.Fatalf("metrics of node %s's csi-snapshotter: %v", n.Name, err)
@@ -180,6 +181,8 @@ func TestDistributedChart(t *testing.T) {
 	chart := filepath.Join(testenv.RepoRoot(), "deploy", "helm", "shutter")
 	k.run("", "helm", "install", "shutter", chart, "-n", "shutter-system", "--create-namespace", "--wait", "--timeout", "8m",
 		"-f", filepath.Join(chart, "ci", "local-node-values.yaml"), "--set", "hostpath.mode=distributed",
+		// Servers listen on the pod's IP, the node's own address, where kubelet probes them.
+		"--set", "global.listenAddress=",
 		"--set", "global.kubernetesServicePort="+strings.TrimPrefix(c.URL, "https://127.0.0.1:"),
 		"--set", "global.imageRegistry=localhost/shutter-e2e", "--set", "global.imageTag=e2e",
 		"--set", "hostpath.kubeletDir="+c.KubeletDir, "--set", "hostpath.dataDir="+c.DataDir,
