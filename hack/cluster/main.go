@@ -63,9 +63,11 @@ func main() {
 	case "up":
 		fail(up(o))
 	case "down":
-		stopForeground(o.dir)
+		stopped := stopForeground(o.dir)
 		err := cluster.StopDir(o.dir)
-		if errors.Is(err, cluster.ErrNotRunning) {
+		if errors.Is(err, cluster.ErrNotRunning) && stopped {
+			err = nil
+		} else if errors.Is(err, cluster.ErrNotRunning) {
 			fmt.Fprintf(os.Stderr, "cluster: nothing running in %s\n", o.dir)
 			err = nil
 		}
@@ -126,18 +128,20 @@ func up(o upOptions) error {
 		_ = cluster.StopDir(dir)
 		return err
 	}
+	hint := ""
 	if o.node {
 		values, err := writeNodeValues(c, o.images)
 		if err != nil {
 			_ = cluster.StopDir(dir)
 			return err
 		}
-		defer fmt.Fprintf(os.Stderr, "cluster: install the chart on the node (helm is in the PATH above):\n"+
+		hint = fmt.Sprintf("cluster: install the chart on the node (helm is in the PATH above):\n"+
 			"  helm install shutter deploy/helm/shutter -n shutter-system --create-namespace \\\n"+
 			"    -f deploy/helm/shutter/ci/local-node-values.yaml -f %s\n"+
 			"cluster: workload image for pods: %s\n", values, cluster.WorkloadImage)
 	}
 	fmt.Printf("export KUBECONFIG=%s\nexport PATH=%s:$PATH\n", c.Kubeconfig, bin)
+	fmt.Fprint(os.Stderr, hint)
 	if o.nodes > 1 {
 		return foreground(ctx, c)
 	}
@@ -162,22 +166,24 @@ func foreground(ctx context.Context, c *cluster.Cluster) error {
 	return err
 }
 
-// stopForeground ends the `up` of a cluster of several nodes, which stops it, and waits.
-func stopForeground(dir string) {
+// stopForeground ends the `up` of a cluster of several nodes, which stops it, and waits; true
+// when there was one.
+func stopForeground(dir string) bool {
 	data, err := os.ReadFile(filepath.Join(dir, "up.pid"))
 	if err != nil {
-		return
+		return false
 	}
 	pid, err := strconv.Atoi(strings.TrimSpace(string(data)))
 	if err != nil || syscall.Kill(pid, syscall.SIGTERM) != nil {
-		return
+		return false
 	}
 	for range 600 {
 		if syscall.Kill(pid, 0) != nil {
-			return
+			break
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
+	return true
 }
 
 func defaultDir() string {
