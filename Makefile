@@ -18,7 +18,7 @@ CHART_VERSION ?= $(shell echo '$(VERSION)' | sed -E 's/^v([0-9]+\.[0-9]+\.[0-9]+
 # Every file time and image creation time: the commit's time, so a commit's images are reproducible.
 SOURCE_DATE_EPOCH ?= $(shell git log -1 --format=%ct 2>/dev/null || echo 0)
 
-.PHONY: all build plugin install-plugin images chart generate verify test test-unit fuzz crash chaos soak bench bench-e2e bench-scale cluster-up cluster-down tools tools-node clean manifests demo
+.PHONY: all build plugin install-plugin images chart generate verify test test-unit fuzz crash chaos soak bench bench-e2e bench-scale cluster-up cluster-down test-nodes tools tools-node clean manifests demo
 
 all: build
 
@@ -137,20 +137,28 @@ tools-node:
 
 ## cluster-up / cluster-down: a local control plane for development (prints the KUBECONFIG). As
 ## root it runs the local node too, with this checkout's images (built for the machine's platform
-## only) imported, and prints the `helm install` of the chart on it; NODE=0 leaves the node out
+## only) imported, and prints the `helm install` of the chart on it; NODE=0 leaves the node out.
+## NODES=3: three nodes in namespaces of their own, for the chart's distributed mode; it stays in
+## the foreground until Ctrl-C or `make cluster-down` (docs/multi-node.md)
 NODE ?= $(if $(filter 0,$(shell id -u)),1,0)
+NODES ?= 1
 NODE_PLATFORM ?= linux/$(shell $(GO) env GOARCH)
 IMAGE_COMPONENTS := snapshot-controller csi-snapshotter hostpath-driver snapshot-conversion-webhook
 cluster-up:
 ifeq ($(NODE),1)
 	$(MAKE) images PLATFORMS=$(NODE_PLATFORM)
-	$(GO) run ./hack/cluster up -node -images $(subst $(eval) ,$(comma),$(patsubst %,$(BIN)/images/%.tar,$(IMAGE_COMPONENTS)))
+	$(GO) run ./hack/cluster up -node -nodes $(NODES) -images $(subst $(eval) ,$(comma),$(patsubst %,$(BIN)/images/%.tar,$(IMAGE_COMPONENTS)))
 else
 	$(GO) run ./hack/cluster up
 endif
 
 cluster-down:
 	$(GO) run ./hack/cluster down
+
+## test-nodes: the tests of several local nodes and the chart's distributed mode (root, node
+## tools built; minutes; not in `make test`)
+test-nodes:
+	SHUTTER_TEST_NODES=1 $(GO) test -count=1 -timeout 45m -v ./test/nodes/
 
 clean:
 	rm -rf $(BIN)

@@ -31,13 +31,17 @@ func writeNodeValues(c *cluster.Cluster, images []string) (string, error) {
 	if registry != "" {
 		global["imageRegistry"], global["imageTag"] = registry, tag
 	}
-	values := map[string]any{
-		"global": global,
-		"hostpath": map[string]any{
-			"kubeletDir": c.KubeletDir,
-			"dataDir":    filepath.Join(c.Dir, "node", "hostpath-data"),
-		},
+	hostpath := map[string]any{
+		"kubeletDir": c.KubeletDir,
+		"dataDir":    filepath.Join(c.Dir, "node", "hostpath-data"),
 	}
+	if len(c.Nodes) > 1 {
+		// Every node sees its own folder at DataDir (its mount namespace).
+		hostpath["dataDir"], hostpath["mode"] = c.DataDir, "distributed"
+		// Servers listen on the pod's IP, its node's own address, where kubelet probes them.
+		global["listenAddress"] = ""
+	}
+	values := map[string]any{"global": global, "hostpath": hostpath}
 	data, err := yaml.Marshal(values)
 	if err != nil {
 		return "", err

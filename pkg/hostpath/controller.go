@@ -72,6 +72,10 @@ type volumeSpec struct {
 	singleWriter bool
 	sourceSnap   string
 	sourceVol    string
+	// placed: topology is on and the request names where the volume may go, so a source that
+	// is not on this node is another node's (ResourceExhausted, which lets the provisioner ask
+	// the scheduler for another node) rather than missing.
+	placed bool
 }
 
 // CreateVolume provisions a volume, empty or from a snapshot or volume. It
@@ -179,6 +183,7 @@ func (s *controllerServer) parseCreateVolume(req *csi.CreateVolumeRequest) (volu
 		accessType: accessType, singleWriter: singleWriter,
 		sourceSnap: req.GetVolumeContentSource().GetSnapshot().GetSnapshotId(),
 		sourceVol:  req.GetVolumeContentSource().GetVolume().GetVolumeId(),
+		placed:     s.d.opts.EnableTopology && req.GetAccessibilityRequirements() != nil,
 	}
 	if src := req.GetVolumeContentSource(); src != nil {
 		if err := checkContentSource(src); err != nil {

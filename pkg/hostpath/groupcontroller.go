@@ -74,6 +74,9 @@ func (s *groupControllerServer) CreateVolumeGroupSnapshot(ctx context.Context, r
 		}
 		return &csi.CreateVolumeGroupSnapshotResponse{GroupSnapshot: s.d.csiGroup(g)}, nil
 	}
+	if err := s.d.groupOnThisNode(sources); err != nil {
+		return nil, err
+	}
 	g, quiesced, err := s.d.cutGroup(ctx, gid, req.GetName(), sources)
 	if err != nil {
 		return nil, err
@@ -101,6 +104,28 @@ func checkGroupSources(ids []string) ([]string, error) {
 		return nil, status.Error(codes.InvalidArgument, "source_volume_ids contain a duplicate")
 	}
 	return sorted, nil
+}
+
+// groupOnThisNode fails with FailedPrecondition when topology is on and some of the sources
+// are volumes of this node and others are not: they sit on other nodes, and one node's driver
+// cannot cut a group across nodes. (When none is here, cutGroup reports NotFound.)
+func (d *Driver) groupOnThisNode(sources []string) error {
+	if !d.opts.EnableTopology {
+		return nil
+	}
+	var here, elsewhere []string
+	for _, v := range sources {
+		if _, ok := d.volumes.Get(v); ok {
+			here = append(here, v)
+		} else {
+			elsewhere = append(elsewhere, v)
+		}
+	}
+	if len(here) == 0 || len(elsewhere) == 0 {
+		return nil
+	}
+	return status.Errorf(codes.FailedPrecondition, "volumes %v are not on node %s (volumes %v are): a group snapshot is cut by one node's driver, so all its volumes must sit on one node",
+		elsewhere, d.opts.NodeID, here)
 }
 
 // memberID is the ID of the snapshot of volume vol inside group gid.

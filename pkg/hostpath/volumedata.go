@@ -36,6 +36,17 @@ func (d *Driver) snapshotData(snap state.Snapshot) volumeData {
 	return volumeData{path: d.snapshotPath(snap.ID)}
 }
 
+// sourceMissing is the error for a content source this node does not hold: NotFound, or, for a
+// placed request, ResourceExhausted: the source may be on another node (each node's driver
+// knows only its own), and the provisioner answers that code by asking the scheduler for
+// another node.
+func (d *Driver) sourceMissing(spec volumeSpec, kind, id string) error {
+	if spec.placed {
+		return status.Errorf(codes.ResourceExhausted, "%s %s is not on node %s", kind, id, d.opts.NodeID)
+	}
+	return status.Errorf(codes.NotFound, "%s %s not found", kind, id)
+}
+
 // volumeSource resolves a content source to what the new volume is made
 // of and checks that the source fits the request.
 func (d *Driver) volumeSource(spec volumeSpec) (volumeData, error) {
@@ -46,13 +57,13 @@ func (d *Driver) volumeSource(spec volumeSpec) (volumeData, error) {
 	case spec.sourceSnap != "":
 		snap, ok := d.snapshots.Get(spec.sourceSnap)
 		if !ok {
-			return data, status.Errorf(codes.NotFound, "snapshot %s not found", spec.sourceSnap)
+			return data, d.sourceMissing(spec, "snapshot", spec.sourceSnap)
 		}
 		data, size, accessType = d.snapshotData(snap), snap.SizeBytes, snap.AccessType
 	case spec.sourceVol != "":
 		src, ok := d.volumes.Get(spec.sourceVol)
 		if !ok {
-			return data, status.Errorf(codes.NotFound, "volume %s not found", spec.sourceVol)
+			return data, d.sourceMissing(spec, "volume", spec.sourceVol)
 		}
 		if err := d.volumeDataReady(src); err != nil {
 			return data, err

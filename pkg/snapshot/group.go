@@ -62,6 +62,9 @@ type groupKind struct {
 	claims       corelisters.PersistentVolumeClaimLister
 	volumes      corelisters.PersistentVolumeLister
 	members      members
+	// distributed (--enable-distributed-snapshotting) labels a group content with the node of
+	// its volumes, and refuses a group whose volumes sit on several nodes.
+	distributed bool
 }
 
 var _ kind[*groupv1.VolumeGroupSnapshot, *groupv1.VolumeGroupSnapshotContent] = (*groupKind)(nil)
@@ -77,6 +80,7 @@ func (c *Controller) newGroups(factory snapinformers.SharedInformerFactory) (*gr
 	}
 	k := &groupKind{client: c.clients.Snapshots, classes: class.Lister(),
 		classIndexer: class.Informer().GetIndexer(), claims: c.single.claims, volumes: c.single.volumes,
+		distributed: c.opts.DistributedSnapshotting,
 		members: members{snapshotLister: c.singles.snapshotLister, snapshotIndexer: c.single.snapshotIndexer, contentLister: c.singles.contentLister,
 			snapshotWriter: c.writes.snapshots, contentWriter: c.writes.contents, wake: c.singles.snapshotQueue.Add}}
 	r, synced, err := newReconciler(c, pair[*groupv1.VolumeGroupSnapshot, *groupv1.VolumeGroupSnapshotContent]{

@@ -153,6 +153,10 @@ func (m members) createContent(ctx context.Context, vs *snapshotv1.VolumeSnapsho
 			Source: snapshotv1.VolumeSnapshotContentSource{SnapshotHandle: ptr.To(info.SnapshotHandle)},
 		},
 	}
+	if node := group.Labels[protocol.LabelManagedBy]; node != "" {
+		// Distributed snapshotting: the group's node's sidecar handles its members' contents.
+		content.Labels = map[string]string{protocol.LabelManagedBy: node}
+	}
 	return m.contentWriter.Create(ctx, content)
 }
 

@@ -55,6 +55,10 @@ func podSpecs(t *testing.T, docs testenv.Rendered) map[string]corev1.PodSpec {
 			var s appsv1.StatefulSet
 			docs.Decode(t, key, &s)
 			specs[key] = s.Spec.Template.Spec
+		case "DaemonSet":
+			var d appsv1.DaemonSet
+			docs.Decode(t, key, &d)
+			specs[key] = d.Spec.Template.Spec
 		case "Pod":
 			var p corev1.Pod
 			docs.Decode(t, key, &p)
@@ -66,10 +70,25 @@ func podSpecs(t *testing.T, docs testenv.Rendered) map[string]corev1.PodSpec {
 
 // TestTokensOnlyWhereTheAPIIsCalled: no pod mounts its ServiceAccount's token into every
 // container; a projected token is mounted into the containers that call the API server, and
-// into no other (the privileged driver, the registrar, the health test's wget).
+// into no other (the privileged driver, the registrar, the health test's wget), in both of the
+// driver's modes.
 func TestTokensOnlyWhereTheAPIIsCalled(t *testing.T) {
-	wantToken := []string{"conversion-webhook", "csi-provisioner", "csi-snapshot-metadata", "csi-snapshotter", "leases", "snapshot-controller"}
-	specs := podSpecs(t, everything(t))
+	for _, tc := range []struct {
+		name      string
+		args      []string
+		wantToken []string
+	}{
+		{name: "single", wantToken: []string{"conversion-webhook", "csi-provisioner", "csi-snapshot-metadata", "csi-snapshotter", "leases", "snapshot-controller"}},
+		{name: "distributed", args: []string{"--set", "hostpath.mode=distributed"},
+			wantToken: []string{"conversion-webhook", "csi-provisioner", "csi-snapshotter", "leases", "snapshot-controller"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) { checkTokens(t, podSpecs(t, everything(t, tc.args...)), tc.wantToken) })
+	}
+}
+
+// checkTokens checks that only the containers wantToken name mount a ServiceAccount token.
+func checkTokens(t *testing.T, specs map[string]corev1.PodSpec, wantToken []string) {
+	t.Helper()
 	if len(specs) != 5 {
 		t.Errorf("pods %d, want 5 (controller, webhook, hostpath, two tests)", len(specs))
 	}
@@ -114,6 +133,9 @@ func TestHTTPServersListenOnThePodIP(t *testing.T) {
 			"snapshot-controller": {"--http-endpoint=127.0.0.1:8080"}, "csi-snapshotter": {"--http-endpoint=127.0.0.1:8081"},
 			"conversion-webhook": {"--address=127.0.0.1"}, "hostpath-driver": {"--http-endpoint=127.0.0.1:8083"},
 			"csi-snapshot-metadata": {"--listen-address=127.0.0.1", "--http-endpoint=127.0.0.1:8082"}}},
+		{name: "distributed", args: []string{"--set", "hostpath.mode=distributed"}, env: true, want: map[string][]string{
+			"snapshot-controller": {"--http-endpoint=[$(POD_IP)]:8080"}, "csi-snapshotter": {"--http-endpoint=[$(POD_IP)]:8081"},
+			"conversion-webhook": {"--address=$(POD_IP)"}, "hostpath-driver": {"--http-endpoint=[$(POD_IP)]:8083"}}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			seen := 0

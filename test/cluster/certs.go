@@ -181,3 +181,47 @@ func writeCertificates(dir, nodeName string) error {
 	}
 	return writeServiceAccountKeys(dir)
 }
+
+// loadAuthority reads the CA that newAuthority wrote to dir/<name>.crt and .key.
+func loadAuthority(dir, name string) (*authority, error) {
+	certPEM, err := os.ReadFile(filepath.Join(dir, name+".crt"))
+	if err != nil {
+		return nil, err
+	}
+	keyPEM, err := os.ReadFile(filepath.Join(dir, name+".key"))
+	if err != nil {
+		return nil, err
+	}
+	certBlock, _ := pem.Decode(certPEM)
+	keyBlock, _ := pem.Decode(keyPEM)
+	if certBlock == nil || keyBlock == nil {
+		return nil, fmt.Errorf("%s: no PEM", name)
+	}
+	cert, err := x509.ParseCertificate(certBlock.Bytes)
+	if err != nil {
+		return nil, err
+	}
+	key, err := x509.ParseECPrivateKey(keyBlock.Bytes)
+	if err != nil {
+		return nil, err
+	}
+	return &authority{cert: cert, key: key}, nil
+}
+
+// writeNodeCertificates writes into nodeDir the certificates of the kubelet of node name (an
+// address), signed by the cluster's CA in dir, and a copy of the CA's certificate.
+func writeNodeCertificates(dir, nodeDir, name string) error {
+	ca, err := loadAuthority(dir, "ca")
+	if err != nil {
+		return err
+	}
+	for _, req := range []certRequest{
+		{name: "node", cn: "system:node:" + name, orgs: []string{"system:nodes"}},
+		{name: "kubelet-serving", cn: name, server: true, ips: []net.IP{net.ParseIP(name), net.ParseIP("127.0.0.1")}, dnsNames: []string{"localhost"}},
+	} {
+		if err := ca.issue(nodeDir, req); err != nil {
+			return err
+		}
+	}
+	return writePEM(filepath.Join(nodeDir, "ca.crt"), "CERTIFICATE", ca.cert.Raw)
+}

@@ -49,6 +49,9 @@ type Options struct {
 	Progress io.Writer
 	// Node, when set, starts a node as well; BinDir must then hold NodeTools too.
 	Node *NodeOptions
+	// Nodes, with Node, is the number of nodes: more than one start each in namespaces of its
+	// own (nodes.go); 0 or 1 is the single node on the host's network.
+	Nodes int
 }
 
 // Cluster is a running local control plane.
@@ -64,9 +67,16 @@ type Cluster struct {
 	// KubeletDir is the node's kubelet root folder (the chart's hostpath.kubeletDir); "" without
 	// a node.
 	KubeletDir string
+	// DataDir is the hostpath driver's data folder every node sees as its own (the chart's
+	// hostpath.dataDir); "" but with several nodes.
+	DataDir string
+	// Nodes are the nodes of a cluster of several (Options.Nodes > 1).
+	Nodes []Node
 
 	procs   []*process
 	node    *nodePaths
+	fwd     *forwarder
+	multi   []nodeSpec
 	opts    Options
 	etcdURL string
 }
@@ -96,7 +106,7 @@ func Start(ctx context.Context, opts Options) (c *Cluster, err error) {
 		}
 	}()
 	nodeName := ""
-	if opts.Node != nil {
+	if opts.Node != nil && opts.Nodes <= 1 {
 		nodeName = NodeName
 	}
 	if err := writeCertificates(dir, nodeName); err != nil {
@@ -139,7 +149,11 @@ func Start(ctx context.Context, opts Options) (c *Cluster, err error) {
 		return nil, err
 	}
 	if opts.Node != nil {
-		if err := c.startNode(ctx, opts, nodePorts{kubelet: ports[4], kubeletHealthz: ports[5], scheduler: ports[6]}); err != nil {
+		start := c.startNode
+		if opts.Nodes > 1 {
+			start = c.startNodes
+		}
+		if err := start(ctx, opts, nodePorts{kubelet: ports[4], kubeletHealthz: ports[5], scheduler: ports[6]}); err != nil {
 			return nil, fmt.Errorf("node: %w", err)
 		}
 	}
@@ -224,7 +238,16 @@ func writeKubeconfig(path, server, dir, user string) error {
 
 // waitHealthy polls url until it answers 200, a process exits, or readyTimeout passes.
 func (c *Cluster) waitHealthy(ctx context.Context, url string, tlsConfig *tls.Config) error {
-	client := &http.Client{Timeout: 2 * time.Second, Transport: &http.Transport{TLSClientConfig: tlsConfig}}
+	return c.waitHealthyIn(ctx, "", url, tlsConfig)
+}
+
+// waitHealthyIn is waitHealthy for a url inside the network namespace netns ("" for the host's).
+func (c *Cluster) waitHealthyIn(ctx context.Context, netns, url string, tlsConfig *tls.Config) error {
+	transport := &http.Transport{TLSClientConfig: tlsConfig}
+	if netns != "" {
+		transport.DialContext = func(ctx context.Context, _, addr string) (net.Conn, error) { return DialIn(ctx, netns, addr) }
+	}
+	client := &http.Client{Timeout: 2 * time.Second, Transport: transport}
 	defer client.CloseIdleConnections()
 	return c.poll(ctx, readyTimeout, url+" to answer 200", func(ctx context.Context) (bool, error) {
 		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
@@ -254,7 +277,7 @@ func (c *Cluster) Stop() error {
 		c.procs[i].stop()
 	}
 	c.procs = nil
-	return c.stopNode()
+	return errors.Join(c.stopNode(), c.stopNodes())
 }
 
 func freePorts(n int) ([]int, error) {

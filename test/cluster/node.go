@@ -66,15 +66,49 @@ type nodePorts struct {
 
 // startNode starts containerd, kubelet and kube-scheduler and waits until the node is Ready.
 func (c *Cluster) startNode(ctx context.Context, opts Options, ports nodePorts) error {
-	name := NodeName
-	registry, err := opts.Node.registry()
-	if err != nil {
+	spec := nodeSpec{name: NodeName, dir: opts.Dir, ports: ports}
+	p := newNodePaths(opts.Dir)
+	c.node, c.KubeletDir = &p, p.kubeletRoot
+	if err := c.bootNode(ctx, opts, spec); err != nil {
 		return err
 	}
-	p := newNodePaths(opts.Dir)
-	cgroup := nodeCgroup(opts.Dir)
-	c.node, c.KubeletDir = &p, p.kubeletRoot
-	if err := cleanNode(opts.Dir); err != nil {
+	if err := c.startScheduler(ctx, opts, ports.scheduler); err != nil {
+		return err
+	}
+	return c.waitNodeReady(ctx, spec.name)
+}
+
+// nodeSpec is one node for bootNode.
+type nodeSpec struct {
+	// name is the node's name and address.
+	name string
+	// dir is the node's state folder: its node/ folder, cgroup, pid files and logs, and its
+	// certificates (node, kubelet-serving and the cluster's ca.crt).
+	dir string
+	// netns and mntns are the namespaces its processes run in ("" for the host's).
+	netns, mntns string
+	// kubeletRoot, when set, is kubelet's --root-dir instead of the node folder's own.
+	kubeletRoot string
+	// pauseTar, when set, is the sandbox image, built already.
+	pauseTar string
+	ports    nodePorts
+}
+
+// paths are the spec's node paths, with kubeletRoot applied.
+func (s nodeSpec) paths() nodePaths {
+	p := newNodePaths(s.dir)
+	if s.kubeletRoot != "" {
+		p.kubeletRoot = s.kubeletRoot
+	}
+	return p
+}
+
+// bootNode cleans up after an earlier node of spec.dir, then starts its containerd, imports the
+// images and starts its kubelet, and waits until kubelet is healthy.
+func (c *Cluster) bootNode(ctx context.Context, opts Options, spec nodeSpec) error {
+	p := spec.paths()
+	cgroup := nodeCgroup(spec.dir)
+	if err := cleanNode(spec.dir); err != nil {
 		return fmt.Errorf("clean up an earlier node: %w", err)
 	}
 	if err := os.RemoveAll(p.dir); err != nil {
@@ -83,16 +117,23 @@ func (c *Cluster) startNode(ctx context.Context, opts Options, ports nodePorts) 
 	if err := os.MkdirAll(p.dir, 0o700); err != nil {
 		return err
 	}
-	fmt.Fprintln(opts.Progress, "cluster: building the node's sandbox image")
-	pauseTar := filepath.Join(p.dir, "pause.tar")
-	if err := buildPauseImage(ctx, pauseTar); err != nil {
-		return fmt.Errorf("sandbox image: %w", err)
+	pauseTar := spec.pauseTar
+	if pauseTar == "" {
+		fmt.Fprintln(opts.Progress, "cluster: building the node's sandbox image")
+		pauseTar = filepath.Join(p.dir, "pause.tar")
+		if err := buildPauseImage(ctx, pauseTar); err != nil {
+			return fmt.Errorf("sandbox image: %w", err)
+		}
 	}
-	settings := kubeletSettings{cgroupRoot: cgroup, port: ports.kubelet, healthzPort: ports.kubeletHealthz}
-	if err := writeNodeFiles(p, opts.Dir, opts.BinDir, PauseImage, registry, settings); err != nil {
+	registry, err := opts.Node.registry()
+	if err != nil {
 		return err
 	}
-	if err := writeKubeconfig(p.kubeconfig, c.URL, opts.Dir, "node"); err != nil {
+	settings := kubeletSettings{cgroupRoot: cgroup, address: spec.name, port: spec.ports.kubelet, healthzPort: spec.ports.kubeletHealthz}
+	if err := writeNodeFiles(p, spec.dir, opts.BinDir, PauseImage, registry, settings); err != nil {
+		return err
+	}
+	if err := writeKubeconfig(p.kubeconfig, c.URL, spec.dir, "node"); err != nil {
 		return err
 	}
 	if err := recordHostDirs(p); err != nil {
@@ -102,8 +143,8 @@ func (c *Cluster) startNode(ctx context.Context, opts Options, ports nodePorts) 
 		return fmt.Errorf("node cgroup: %w", err)
 	}
 
-	fmt.Fprintln(opts.Progress, "cluster: starting containerd")
-	if err := c.runNodeProcess(opts, "containerd", []string{"--config", p.containerdConfig}, "runtime"); err != nil {
+	fmt.Fprintf(opts.Progress, "cluster: starting containerd (node %s)\n", spec.name)
+	if err := c.runNodeProcess(opts, spec, "containerd", []string{"--config", p.containerdConfig}, "runtime"); err != nil {
 		return err
 	}
 	if err := c.waitSocket(ctx, p.containerdSocket); err != nil {
@@ -115,37 +156,39 @@ func (c *Cluster) startNode(ctx context.Context, opts Options, ports nodePorts) 
 		}
 	}
 
-	if err := holdSysctls(opts.Dir); err != nil {
+	if err := holdSysctls(spec.dir); err != nil {
 		return fmt.Errorf("record sysctls: %w", err)
 	}
-	fmt.Fprintf(opts.Progress, "cluster: starting kubelet (node %s)\n", name)
-	if err := c.runNodeProcess(opts, "kubelet", kubeletArgs(p, name), "kubelet"); err != nil {
+	fmt.Fprintf(opts.Progress, "cluster: starting kubelet (node %s)\n", spec.name)
+	if err := c.runNodeProcess(opts, spec, "kubelet", kubeletArgs(p, spec.name), "kubelet"); err != nil {
 		return err
 	}
-	healthz := "http://127.0.0.1:" + strconv.Itoa(ports.kubeletHealthz) + "/healthz"
-	if err := c.waitHealthy(ctx, healthz, nil); err != nil {
-		return err
-	}
+	healthz := "http://127.0.0.1:" + strconv.Itoa(spec.ports.kubeletHealthz) + "/healthz"
+	return c.waitHealthyIn(ctx, spec.netns, healthz, nil)
+}
+
+// startScheduler starts kube-scheduler on the host and waits until it answers.
+func (c *Cluster) startScheduler(ctx context.Context, opts Options, port int) error {
 	fmt.Fprintln(opts.Progress, "cluster: starting kube-scheduler")
-	if err := c.run(opts, "kube-scheduler", schedulerArgs(opts.Dir, c.Kubeconfig, ports.scheduler)); err != nil {
+	if err := c.run(opts, "kube-scheduler", schedulerArgs(opts.Dir, c.Kubeconfig, port)); err != nil {
 		return err
 	}
 	// Its serving certificate is self-signed; /healthz only tells that it runs, on loopback.
 	insecure := &tls.Config{InsecureSkipVerify: true} //nolint:gosec
-	if err := c.waitHealthy(ctx, "https://127.0.0.1:"+strconv.Itoa(ports.scheduler)+"/healthz", insecure); err != nil {
-		return err
-	}
-	return c.waitNodeReady(ctx, name)
+	return c.waitHealthy(ctx, "https://127.0.0.1:"+strconv.Itoa(port)+"/healthz", insecure)
 }
 
-// runNodeProcess starts a node component and moves it into the node's cgroup (child group sub)
-// before it starts any container. The tools' folder comes first in its PATH (runc, the shim).
-func (c *Cluster) runNodeProcess(opts Options, name string, args []string, sub string) error {
-	if err := c.run(opts, name, args, "PATH="+opts.BinDir+":"+os.Getenv("PATH")); err != nil {
+// runNodeProcess starts a node component of spec and moves it into the node's cgroup (child
+// group sub) before it starts any container. The tools' folder comes first in its PATH (runc,
+// the shim).
+func (c *Cluster) runNodeProcess(opts Options, spec nodeSpec, name string, args []string, sub string) error {
+	err := c.runProc(opts, procSpec{name: name, dir: spec.dir, netns: spec.netns, mntns: spec.mntns, args: args,
+		env: []string{"PATH=" + opts.BinDir + ":" + os.Getenv("PATH")}})
+	if err != nil {
 		return err
 	}
 	p := c.procs[len(c.procs)-1]
-	return joinCgroup(nodeCgroup(opts.Dir), sub, p.cmd.Process.Pid)
+	return joinCgroup(nodeCgroup(spec.dir), sub, p.cmd.Process.Pid)
 }
 
 func kubeletArgs(p nodePaths, name string) []string {
@@ -241,6 +284,11 @@ func (c *Cluster) ImportImages(ctx context.Context, binDir string, tars ...strin
 	return nil
 }
 
+// KillNodeContainer is KillContainer for node n of a cluster of several.
+func (c *Cluster) KillNodeContainer(ctx context.Context, binDir string, n Node, id string) error {
+	return killContainer(ctx, binDir, newNodePaths(n.Dir).containerdSocket, id)
+}
+
 // KillContainer sends SIGKILL to the task of a container of the node (the ID of a pod's
 // containerStatuses without its "containerd://"), as a crash would: the process ends at once,
 // handing nothing back, and the kubelet sees a container that died.
@@ -248,7 +296,12 @@ func (c *Cluster) KillContainer(ctx context.Context, binDir, id string) error {
 	if c.node == nil {
 		return errors.New("this cluster has no node")
 	}
-	cmd := exec.CommandContext(ctx, filepath.Join(binDir, "ctr"), "--address", c.node.containerdSocket, "--namespace", "k8s.io",
+	return killContainer(ctx, binDir, c.node.containerdSocket, id)
+}
+
+// killContainer SIGKILLs the task of container id of the containerd at socket.
+func killContainer(ctx context.Context, binDir, socket, id string) error {
+	cmd := exec.CommandContext(ctx, filepath.Join(binDir, "ctr"), "--address", socket, "--namespace", "k8s.io",
 		"tasks", "kill", "--signal", "SIGKILL", id)
 	if out, err := cmd.CombinedOutput(); err != nil {
 		return fmt.Errorf("ctr tasks kill %s: %w\n%s", id, err, out)

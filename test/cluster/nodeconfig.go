@@ -125,6 +125,7 @@ const loopbackConflist = `{
 // kubeletSettings are the values of kubelet's configuration file that vary per node.
 type kubeletSettings struct {
 	cgroupRoot  string
+	address     string
 	port        int
 	healthzPort int
 }
@@ -143,7 +144,7 @@ func kubeletConfig(p nodePaths, stateDir string, s kubeletSettings) string {
 		"cgroupRoot: " + q("/"+s.cgroupRoot),
 		"failSwapOn: false",
 		"containerRuntimeEndpoint: " + q("unix://"+p.containerdSocket),
-		"address: 127.0.0.1",
+		"address: " + s.address,
 		"port: " + strconv.Itoa(s.port),
 		"readOnlyPort: 0",
 		"healthzBindAddress: 127.0.0.1",

@@ -23,6 +23,7 @@ const stopGrace = 10 * time.Second
 // process is one control-plane component started by this package.
 type process struct {
 	name string
+	spec procSpec
 	args []string
 	log  string
 	cmd  *exec.Cmd
@@ -30,20 +31,46 @@ type process struct {
 	err  error
 }
 
-// run starts a component with its output in Dir/<name>.log and its pid in Dir/<name>.pid; env is
-// added to the environment.
+// run starts a component on the host with its output in Dir/<name>.log and its pid in
+// Dir/<name>.pid; env is added to the environment.
 func (c *Cluster) run(opts Options, name string, args []string, env ...string) error {
-	logPath := filepath.Join(opts.Dir, name+".log")
+	return c.runProc(opts, procSpec{name: name, dir: opts.Dir, args: args, env: env})
+}
+
+// procSpec is a component to start: binary name from Options.BinDir, the folder of its log and
+// pid file, and the network namespace (a name) and mount namespace (a file) it runs in ("" for
+// the host's).
+type procSpec struct {
+	name, dir, netns, mntns string
+	args, env               []string
+}
+
+// runProc starts a component as spec says. A component of a namespace is started through
+// nsenter, which enters the namespace and executes it (same process, so pid and death signal
+// stay).
+func (c *Cluster) runProc(opts Options, spec procSpec) error {
+	logPath := filepath.Join(spec.dir, spec.name+".log")
 	logFile, err := os.OpenFile(logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
 	if err != nil {
 		return err
 	}
 	defer logFile.Close()
-	cmd := exec.Command(filepath.Join(opts.BinDir, name), args...)
+	bin, args := filepath.Join(opts.BinDir, spec.name), spec.args
+	if spec.netns != "" || spec.mntns != "" {
+		enter := []string{}
+		if spec.netns != "" {
+			enter = append(enter, "--net="+netnsPath(spec.netns))
+		}
+		if spec.mntns != "" {
+			enter = append(enter, "--mount="+spec.mntns)
+		}
+		bin, args = "nsenter", append(append(enter, "--", bin), args...)
+	}
+	cmd := exec.Command(bin, args...)
 	cmd.Stdout, cmd.Stderr = logFile, logFile
-	cmd.Dir = opts.Dir
-	if len(env) > 0 {
-		cmd.Env = append(os.Environ(), env...)
+	cmd.Dir = spec.dir
+	if len(spec.env) > 0 {
+		cmd.Env = append(os.Environ(), spec.env...)
 	}
 	if opts.Detach {
 		cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
@@ -52,15 +79,15 @@ func (c *Cluster) run(opts Options, name string, args []string, env ...string) e
 		cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
 	}
 	if err := cmd.Start(); err != nil {
-		return fmt.Errorf("start %s: %w", name, err)
+		return fmt.Errorf("start %s: %w", spec.name, err)
 	}
-	p := &process{name: name, args: args, log: logPath, cmd: cmd, done: make(chan struct{})}
+	p := &process{name: spec.name, spec: spec, args: spec.args, log: logPath, cmd: cmd, done: make(chan struct{})}
 	go func() {
 		p.err = cmd.Wait()
 		close(p.done)
 	}()
 	c.procs = append(c.procs, p)
-	return os.WriteFile(filepath.Join(opts.Dir, name+".pid"), []byte(strconv.Itoa(cmd.Process.Pid)), 0o600)
+	return os.WriteFile(filepath.Join(spec.dir, spec.name+".pid"), []byte(strconv.Itoa(cmd.Process.Pid)), 0o600)
 }
 
 // exited returns an error with the log tail when the process has ended.
@@ -113,7 +140,14 @@ func StopDir(dir string) error {
 		stopPid(pid)
 		_ = os.Remove(pidFile)
 	}
-	if _, err := os.Stat(newNodePaths(dir).dir); err == nil {
+	if dirs := nodeDirs(dir); len(dirs) > 0 {
+		for _, d := range dirs {
+			found = found || readPid(filepath.Join(d, "kubelet.pid")) > 0 || readPid(filepath.Join(d, "containerd.pid")) > 0
+		}
+		if err := cleanNodes(dir); err != nil {
+			return err
+		}
+	} else if _, err := os.Stat(newNodePaths(dir).dir); err == nil {
 		if err := cleanNode(dir); err != nil {
 			return err
 		}

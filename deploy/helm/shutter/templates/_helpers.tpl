@@ -54,6 +54,24 @@ the sidecar reads to wait for an older replica. */}}
 {{- printf "shutter-snapshotter-%s" (regexReplaceAll "[^a-z0-9.-]" (lower .Values.hostpath.driverName) "-" | trimAll "-.") -}}
 {{- end -}}
 
+{{/* "true" when the bundled driver runs on every node (hostpath.mode distributed), else "". */}}
+{{- define "shutter.hostpath.distributed" -}}
+{{- if and .Values.hostpath.enabled (eq .Values.hostpath.mode "distributed") }}true{{ end -}}
+{{- end -}}
+
+{{/* "true" when the snapshot-metadata sidecar runs: it is on and the driver runs in one pod. One
+Service fronts it, so with a driver pod on every node a request would reach a node that may not
+hold the snapshot. */}}
+{{- define "shutter.hostpath.snapshotMetadata" -}}
+{{- if and .Values.hostpath.enabled .Values.hostpath.snapshotMetadata.enabled (not (include "shutter.hostpath.distributed" .)) }}true{{ end -}}
+{{- end -}}
+
+{{/* "true" when the csi-snapshotter holds its Lease: asked for, and in one pod (with
+--node-deployment every node's sidecar handles its own contents, and holds none). */}}
+{{- define "shutter.hostpath.snapshotterLease" -}}
+{{- if and .Values.hostpath.snapshotter.leaderElection (not (include "shutter.hostpath.distributed" .)) }}true{{ end -}}
+{{- end -}}
+
 {{- define "shutter.hostpath.serviceAccount" -}}
 {{- default (include "shutter.hostpath.name" .) .Values.hostpath.serviceAccount.name -}}
 {{- end -}}
@@ -135,14 +153,31 @@ dnsPolicy: ClusterFirstWithHostNet
 {{- end -}}
 
 {{/* Container env: POD_IP when podIP is true and global.listenAddress is empty (the address the
-container's HTTP server listens on, see shutter.listenEndpoint), then shutter.apiServerEnv.
-Pass (dict "root" $ "podIP" bool). */}}
+container's HTTP server listens on, see shutter.listenEndpoint), NODE_NAME when nodeName is true,
+NAMESPACE and POD_NAME when podName is true, then shutter.apiServerEnv.
+Pass (dict "root" $ "podIP" bool "nodeName" bool "podName" bool). */}}
 {{- define "shutter.containerEnv" -}}
 {{- if and .podIP (not .root.Values.global.listenAddress) }}
 - name: POD_IP
   valueFrom:
     fieldRef:
       fieldPath: status.podIP
+{{- end }}
+{{- if .nodeName }}
+- name: NODE_NAME
+  valueFrom:
+    fieldRef:
+      fieldPath: spec.nodeName
+{{- end }}
+{{- if .podName }}
+- name: NAMESPACE
+  valueFrom:
+    fieldRef:
+      fieldPath: metadata.namespace
+- name: POD_NAME
+  valueFrom:
+    fieldRef:
+      fieldPath: metadata.name
 {{- end }}
 {{- include "shutter.apiServerEnv" .root }}
 {{- end -}}
