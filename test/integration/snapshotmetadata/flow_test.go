@@ -171,6 +171,12 @@ func (e *env) volume(t *testing.T, name, fromSnapshot string) (string, string) {
 		t.Fatal(err)
 	}
 	id := resp.GetVolume().GetVolumeId()
+	// Deleted while the driver runs: upstream's driver detaches the loop device it attached.
+	t.Cleanup(func() {
+		if _, err := e.ctrl.DeleteVolume(context.Background(), &csi.DeleteVolumeRequest{VolumeId: id}); err != nil {
+			t.Errorf("delete volume %s: %v", id, err)
+		}
+	})
 	return id, e.volumePath(id)
 }
 
