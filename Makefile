@@ -155,8 +155,8 @@ endif
 cluster-down:
 	$(GO) run ./hack/cluster down
 
-## test-nodes: the tests of several local nodes and the chart's distributed mode (root, node
-## tools built; minutes; not in `make test`)
+## test-nodes: the tests of several local nodes and the chart's distributed mode alone (root, node
+## tools built; about 2 minutes; `make test` runs them too, after the other packages)
 test-nodes:
 	SHUTTER_TEST_NODES=1 $(GO) test -count=1 -timeout 45m -v ./test/nodes/
 

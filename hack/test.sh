@@ -33,6 +33,12 @@ export SHUTTER_KUBECONFIG="$state/cluster/admin.kubeconfig"
 go test -count=1 -timeout "${TEST_TIMEOUT:-40m}" ${TEST_FLAGS:-} ./... ./client/...
 
 # The record-log fuzz tests: `go test` above ran their seeds only.
+# Three nodes in network namespaces of their own with the chart's distributed mode, after the
+# packages above so that no other node runs beside them (root only; about 2 minutes).
+if [ "$(id -u)" = 0 ]; then
+  SHUTTER_TEST_NODES=1 go test -count=1 -timeout 20m ${TEST_FLAGS:-} ./test/nodes/
+fi
+
 hack/fuzz.sh "${FUZZTIME:-20s}"
 # The chart's alerts and dashboard, checked with Prometheus' parser and engine: a module of its own
 # (outside go.work) so that Prometheus' dependencies never raise those of Shutter's modules.
