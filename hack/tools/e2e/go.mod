@@ -5,10 +5,9 @@ go 1.26.0
 
 godebug default=go1.26
 
-require (
-	github.com/onsi/ginkgo/v2 v2.32.0
-	k8s.io/kubernetes v1.37.2
-)
+require k8s.io/kubernetes v1.37.2
+
+require github.com/onsi/ginkgo/v2 v2.32.0
 
 require (
 	cel.dev/expr v0.25.1 // indirect
