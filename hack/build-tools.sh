@@ -3,12 +3,13 @@
 # kube-controller-manager, kubectl, helm; for the local node kube-scheduler, kubelet, containerd,
 # ctr, containerd-shim-runc-v2, runc, the CNI loopback plugin and csi-provisioner; for
 # `make bench-scale` upstream-snapshot-controller and upstream-csi-snapshotter, upstream's
-# external-snapshotter; for `make conformance` e2e.test, Kubernetes' end-to-end suite, and ginkgo) from the pinned modules under hack/tools, into a per-user cache folder
+# external-snapshotter; for `make conformance` e2e.test, Kubernetes' end-to-end suite, ginkgo and agnhost, the suite's
+# test server) from the pinned modules under hack/tools, into a per-user cache folder
 # keyed by the pinned versions. It rebuilds
 # only what is missing and prints the folder that holds the binaries as its last line.
 #
 # Usage: hack/build-tools.sh [--check] [binary|node...]   (default: the control plane, kubectl and
-#        helm; "node" stands for every binary of the local node, "conformance" for e2e.test and ginkgo). With --check it builds nothing
+#        helm; "node" stands for every binary of the local node, "conformance" for e2e.test, ginkgo and agnhost). With --check it builds nothing
 #        and exits 3 when one of the binaries is not built.
 set -euo pipefail
 
@@ -30,7 +31,7 @@ declare -A module=(
   [containerd]=containerd [ctr]=containerd [containerd-shim-runc-v2]=containerd
   [runc]=runc [loopback]=cni [csi-provisioner]=provisioner
   [upstream-snapshot-controller]=snapshotter [upstream-csi-snapshotter]=snapshotter
-  [e2e.test]=e2e [ginkgo]=e2e
+  [e2e.test]=e2e [ginkgo]=e2e [agnhost]=e2e
 )
 declare -A main=(
   [etcd]=go.etcd.io/etcd/server/v3
@@ -55,6 +56,7 @@ declare -A main=(
   [upstream-csi-snapshotter]=github.com/kubernetes-csi/external-snapshotter/v8/cmd/csi-snapshotter
   [e2e.test]=k8s.io/kubernetes/test/e2e
   [ginkgo]=github.com/onsi/ginkgo/v2/ginkgo
+  [agnhost]=k8s.io/kubernetes/test/images/agnhost
 )
 # e2e.test is the test binary of its package (its main is a TestMain), built with `go test -c`.
 declare -A testbinary=([e2e.test]=1)
@@ -64,7 +66,7 @@ declare -A minutes=([etcd]=2 [kube-apiserver]=10 [kube-controller-manager]=3 [ku
   [controller-gen]=1 [client-gen]=1 [deepcopy-gen]=1 [informer-gen]=1 [lister-gen]=1
   [kube-scheduler]=10 [kubelet]=2 [containerd]=2 [ctr]=1 [containerd-shim-runc-v2]=1 [runc]=1
   [loopback]=1 [csi-provisioner]=5 [upstream-snapshot-controller]=4 [upstream-csi-snapshotter]=2
-  [e2e.test]=25 [ginkgo]=1)
+  [e2e.test]=25 [ginkgo]=1 [agnhost]=3)
 # runc needs cgo (its nsenter part is C) and libseccomp's headers for seccomp, which pods'
 # RuntimeDefault profile needs (installed with apt when missing); it is built without libpathrs.
 # Everything else is static.
@@ -84,7 +86,7 @@ for arg in "$@"; do
   case "$arg" in
   --check) check=true ;;
   node) wanted+=("${node[@]}") ;;
-  conformance) wanted+=(e2e.test ginkgo) ;;
+  conformance) wanted+=(ginkgo agnhost e2e.test) ;;
   *) wanted+=("$arg") ;;
   esac
 done

@@ -2,7 +2,8 @@
 
 // Package tools records what hack/build-tools.sh builds for `make conformance`: the Kubernetes
 // end-to-end suite binary (built with `go test -c` from k8s.io/kubernetes/test/e2e, whose test main
-// imports the packages below) and the ginkgo runner that drives it.
+// imports the packages below), the ginkgo runner that drives it and agnhost, the test server its
+// pods run (built into an image by test/conformance).
 package tools
 
 import (
@@ -33,5 +34,6 @@ import (
 	_ "k8s.io/kubernetes/test/e2e/testing-manifests"
 	_ "k8s.io/kubernetes/test/e2e/windows"
 	_ "k8s.io/kubernetes/test/fixtures"
+	_ "k8s.io/kubernetes/test/images/agnhost"
 	_ "k8s.io/kubernetes/test/utils/ktesting/format"
 )
