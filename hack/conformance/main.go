@@ -1,0 +1,55 @@
+// Command conformance builds the pod images of Kubernetes' External Storage suites for `make
+// conformance` (hack/conformance.sh): one OCI image-layout tar per image, for this machine's
+// architecture, and the suite's repository list (KUBE_TEST_REPO_LIST) that names them. It
+// prints the tars, comma-separated, as its last line.
+//
+//	go run ./hack/conformance -busybox-deb busybox-static_*.deb -agnhost BIN/agnhost -out DIR
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"strings"
+	"syscall"
+
+	"github.com/shutter-csi/shutter/internal/imagebuild"
+	"github.com/shutter-csi/shutter/test/conformance"
+)
+
+func main() {
+	var o conformance.ImageOptions
+	flag.StringVar(&o.BusyboxDeb, "busybox-deb", "", "Debian's busybox-static package for this machine")
+	flag.StringVar(&o.Agnhost, "agnhost", "", "static agnhost binary (hack/build-tools.sh agnhost)")
+	flag.StringVar(&o.Out, "out", "", "folder for the image tars and repo-list.yaml")
+	flag.Parse()
+	if o.BusyboxDeb == "" || o.Agnhost == "" || o.Out == "" {
+		fail(fmt.Errorf("-busybox-deb, -agnhost and -out are required"))
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	var err error
+	if o.Created, err = imagebuild.SourceDateEpoch(); err != nil {
+		fail(err)
+	}
+	tars, err := conformance.BuildImages(ctx, o)
+	if err != nil {
+		fail(err)
+	}
+	repoList := filepath.Join(o.Out, "repo-list.yaml")
+	if err := os.WriteFile(repoList, []byte(conformance.RepoList()), 0o644); err != nil {
+		fail(err)
+	}
+	for _, img := range conformance.SuiteImages {
+		fmt.Fprintf(os.Stderr, "conformance: built %s\n", img.Ref())
+	}
+	fmt.Println(strings.Join(tars, ","))
+}
+
+func fail(err error) {
+	fmt.Fprintf(os.Stderr, "conformance: %v\n", err)
+	os.Exit(1)
+}
