@@ -178,4 +178,6 @@ func layerEntries(t *testing.T, img v1.Image) map[string]string {
 	}
 }
 
-func modeString(m int64) string { return string([]byte{'0' + byte(m>>9&7), '0' + byte(m>>6&7), '0' + byte(m>>3&7), '0' + byte(m&7)}) }
+func modeString(m int64) string {
+	return string([]byte{'0' + byte(m>>9&7), '0' + byte(m>>6&7), '0' + byte(m>>3&7), '0' + byte(m&7)})
+}
