@@ -21,6 +21,10 @@ import (
 )
 
 func main() {
+	if len(os.Args) == 3 && os.Args[1] == "summary" {
+		fail(summary(os.Args[2]))
+		return
+	}
 	var o conformance.ImageOptions
 	flag.StringVar(&o.BusyboxDeb, "busybox-deb", "", "Debian's busybox-static package for this machine")
 	flag.StringVar(&o.Agnhost, "agnhost", "", "static agnhost binary (hack/build-tools.sh agnhost)")
@@ -49,7 +53,23 @@ func main() {
 	fmt.Println(strings.Join(tars, ","))
 }
 
+func summary(junit string) error {
+	f, err := os.Open(junit)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	counts, err := conformance.Summarize(f)
+	if err != nil {
+		return err
+	}
+	return conformance.WriteSummary(os.Stdout, counts)
+}
+
 func fail(err error) {
+	if err == nil {
+		return
+	}
 	fmt.Fprintf(os.Stderr, "conformance: %v\n", err)
 	os.Exit(1)
 }
