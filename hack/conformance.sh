@@ -9,7 +9,8 @@
 #      -node), helm installs the chart with this checkout's images, and applies
 #      test/conformance/hostnetwork.yaml (the suite's pods in the node's network namespace);
 #   3. runs ginkgo on the suites named in SUITES with test/conformance/testdriver.yaml, writing
-#      the JUnit report and the log into the report folder it prints;
+#      the JUnit report, the log and summary.md (passed, failed, skipped per suite) into the
+#      report folder it prints;
 #   4. uninstalls the chart and stops everything, also when a step failed or it was interrupted,
 #      and detaches loop devices left on the node's files.
 #
@@ -113,5 +114,9 @@ KUBE_TEST_REPO_LIST="$images/repo-list.yaml" ginkgo --procs="$procs" --timeout="
 rc=$?
 set -e
 say "suites took $((SECONDS - suite_started)) s; ginkgo exited $rc"
-grep -E '^(Ran [0-9]+ of|PASS|FAIL|SUCCESS!|FAIL!)' "$report/e2e.log" >&2 || tail -20 "$report/e2e.log" >&2
+grep -E '^(Ran [0-9]+ of|SUCCESS!|FAIL!)' "$report/e2e.log" >&2 || tail -20 "$report/e2e.log" >&2
+if [ -f "$report/junit.xml" ]; then
+  go run ./hack/conformance summary "$report/junit.xml" >"$report/summary.md"
+  cat "$report/summary.md" >&2
+fi
 exit "$rc"
