@@ -3,7 +3,7 @@
 // architecture, and the suite's repository list (KUBE_TEST_REPO_LIST) that names them. It
 // prints the tars, comma-separated, as its last line.
 //
-//	go run ./hack/conformance -busybox-deb busybox-static_*.deb -agnhost BIN/agnhost -out DIR
+//	go run ./hack/conformance -debs DEBDIR -agnhost BIN/agnhost -out DIR
 package main
 
 import (
@@ -26,16 +26,20 @@ func main() {
 		return
 	}
 	var o conformance.ImageOptions
-	flag.StringVar(&o.BusyboxDeb, "busybox-deb", "", "Debian's busybox-static package for this machine")
+	debs := flag.String("debs", "", "folder of the Debian packages the images are made of (missing ones are downloaded with apt-get)")
 	flag.StringVar(&o.Agnhost, "agnhost", "", "static agnhost binary (hack/build-tools.sh agnhost)")
 	flag.StringVar(&o.Out, "out", "", "folder for the image tars and repo-list.yaml")
 	flag.Parse()
-	if o.BusyboxDeb == "" || o.Agnhost == "" || o.Out == "" {
-		fail(fmt.Errorf("-busybox-deb, -agnhost and -out are required"))
+	if *debs == "" || o.Agnhost == "" || o.Out == "" {
+		fail(fmt.Errorf("-debs, -agnhost and -out are required"))
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	var err error
+	if o.Debs, err = conformance.FetchDebs(ctx, *debs, conformance.Packages()); err != nil {
+		fail(err)
+	}
+	o.BusyboxDeb = o.Debs["busybox-static"]
 	if o.Created, err = imagebuild.SourceDateEpoch(); err != nil {
 		fail(err)
 	}

@@ -18,6 +18,7 @@ import (
 	"path"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"sort"
 	"strings"
 	"time"
@@ -38,6 +39,9 @@ type SuiteImage struct {
 	// Agnhost puts the agnhost binary in as the entrypoint (with "pause" as its default
 	// argument, like the suite's image); the others are busybox alone.
 	Agnhost bool
+	// Packages are Debian packages whose files go over busybox's (their programs replace the
+	// applets of the same path).
+	Packages []string
 	// Why says what the storage suites run in it, which is all this image can do.
 	Why string
 }
@@ -45,15 +49,19 @@ type SuiteImage struct {
 // Ref is the image's full name.
 func (i SuiteImage) Ref() string { return Registry + "/" + i.Name + ":" + i.Tag }
 
+// glibcPackages are GNU coreutils and the libraries it links (Debian 12): multiVolume's pods
+// run GNU dd in glibc-dns-testing (oflag=nocache, which busybox's dd refuses).
+var glibcPackages = []string{"coreutils", "libc6", "libgcc-s1", "libacl1", "libattr1", "libgmp10", "libselinux1", "libpcre2-8-0"}
+
 // SuiteImages are the images the External Storage suites start pods with (k8s.io/kubernetes
 // v1.37.2, test/utils/image/manifest.go). The suites run only shell commands in busybox, nginx
-// and glibc-dns-testing, so all three are busybox; agnhost also runs its own subcommands (pause,
-// mounttest) and the host exec pods' nsenter.
+// and glibc-dns-testing, so all three are busybox, glibc-dns-testing with GNU coreutils over it;
+// agnhost also runs its own subcommands (pause, mounttest) and the host exec pods' nsenter.
 var SuiteImages = []SuiteImage{
 	{Name: "busybox", Tag: "1.37.0-2", Why: "the default test image: shell, dd, sha256sum, mount"},
 	{Name: "agnhost", Tag: "2.66.1", Agnhost: true, Why: "pause, mounttest (subPath), nsenter of host exec pods"},
 	{Name: "nginx", Tag: "1.27.0-2", Why: "volumes' exec test runs a shell script in it"},
-	{Name: "glibc-dns-testing", Tag: "2.1.1", Why: "multivolume's pods run shell commands in it"},
+	{Name: "glibc-dns-testing", Tag: "2.1.1", Packages: glibcPackages, Why: "multiVolume's pods run GNU dd, sha256sum and base64 in it"},
 	{Name: "pause", Tag: "3.10.2", Why: "pods that only have to run (sleep forever)"},
 }
 
@@ -69,10 +77,25 @@ func RepoList() string {
 	return b.String()
 }
 
+// Packages are the Debian packages SuiteImages are made of.
+func Packages() []string {
+	names := []string{"busybox-static"}
+	for _, img := range SuiteImages {
+		for _, p := range img.Packages {
+			if !slices.Contains(names, p) {
+				names = append(names, p)
+			}
+		}
+	}
+	return names
+}
+
 // ImageOptions are the inputs of BuildImages.
 type ImageOptions struct {
 	// BusyboxDeb is Debian's busybox-static package (.deb) for this machine's architecture.
 	BusyboxDeb string
+	// Debs are the other Packages' .deb files by package name.
+	Debs map[string]string
 	// Agnhost is a static agnhost binary for this machine's architecture.
 	Agnhost string
 	// Out is the folder the OCI image-layout tars are written to.
@@ -102,7 +125,15 @@ func BuildImages(ctx context.Context, o ImageOptions) ([]string, error) {
 	}
 	var tars []string
 	for _, img := range SuiteImages {
-		index, err := buildImage(img, base, agnhost, version, o.Created)
+		files := base
+		for _, p := range img.Packages {
+			extra, err := DebFiles(ctx, o.Debs[p])
+			if err != nil {
+				return nil, fmt.Errorf("%s: package %s: %w", img.Ref(), p, err)
+			}
+			files = Overlay(files, extra)
+		}
+		index, err := buildImage(img, files, agnhost, version, o.Created)
 		if err != nil {
 			return nil, fmt.Errorf("%s: %w", img.Ref(), err)
 		}
@@ -234,4 +265,144 @@ func busyboxApplets(ctx context.Context, busybox []byte) ([]string, error) {
 		return nil, errors.New("busybox --list-full printed no applet")
 	}
 	return applets, nil
+}
+
+// skippedPrefixes are folders of a package that no program reads.
+var skippedPrefixes = []string{"usr/share/doc/", "usr/share/man/", "usr/share/info/", "usr/share/locale/", "usr/share/lintian/"}
+
+// DebFiles returns the files, folders and links of a Debian package (.deb) as image files,
+// without documentation, read with dpkg-deb. A hard link becomes a copy of its target.
+func DebFiles(ctx context.Context, deb string) ([]imagebuild.File, error) {
+	if deb == "" {
+		return nil, errors.New("no .deb given")
+	}
+	cmd := exec.CommandContext(ctx, "dpkg-deb", "--fsys-tarfile", deb)
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	data, err := cmd.Output()
+	if err != nil {
+		return nil, fmt.Errorf("dpkg-deb --fsys-tarfile %s: %w: %s", deb, err, stderr.String())
+	}
+	var files []imagebuild.File
+	regular := map[string][]byte{}
+	tr := tar.NewReader(bytes.NewReader(data))
+	for {
+		h, err := tr.Next()
+		if errors.Is(err, io.EOF) {
+			return files, nil
+		} else if err != nil {
+			return nil, fmt.Errorf("%s: %w", deb, err)
+		}
+		name := strings.TrimPrefix(path.Clean(h.Name), "./")
+		if name == "." || name == "" || slices.ContainsFunc(skippedPrefixes, func(p string) bool { return strings.HasPrefix(name+"/", p) }) {
+			continue
+		}
+		f := imagebuild.File{Path: "/" + name, Mode: fs.FileMode(h.Mode & 0o777)}
+		if h.Mode&0o1000 != 0 {
+			f.Mode |= fs.ModeSticky
+		}
+		switch h.Typeflag {
+		case tar.TypeDir:
+			f.Mode |= fs.ModeDir
+		case tar.TypeSymlink:
+			f.Link = h.Linkname
+		case tar.TypeLink:
+			f.Data = regular[strings.TrimPrefix(path.Clean(h.Linkname), "./")]
+		case tar.TypeReg:
+			if f.Data, err = io.ReadAll(tr); err != nil {
+				return nil, err
+			}
+			regular[name] = f.Data
+		default:
+			continue
+		}
+		files = append(files, f)
+	}
+}
+
+// Overlay returns base with extra laid over it: an entry of extra replaces base's entry of the
+// same path, but a folder never replaces a folder (the first one's mode stays).
+func Overlay(base, extra []imagebuild.File) []imagebuild.File {
+	byPath := make(map[string]imagebuild.File, len(base)+len(extra))
+	for _, f := range base {
+		byPath[path.Clean(f.Path)] = f
+	}
+	for _, f := range extra {
+		p := path.Clean(f.Path)
+		if old, ok := byPath[p]; ok && old.Mode.IsDir() && f.Mode.IsDir() {
+			continue
+		}
+		f.Path = p
+		byPath[p] = f
+	}
+	out := make([]imagebuild.File, 0, len(byPath))
+	for _, f := range byPath {
+		out = append(out, f)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Path < out[j].Path })
+	return out
+}
+
+// FetchDebs makes sure dir holds a .deb of each package for this machine's architecture (or
+// "all"), downloading the missing ones with apt-get (after an apt-get update if the first try
+// fails), and returns their paths by package name.
+func FetchDebs(ctx context.Context, dir string, names []string) (map[string]string, error) {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return nil, err
+	}
+	find := func() (map[string]string, []string) {
+		found, missing := map[string]string{}, []string(nil)
+		for _, n := range names {
+			var matches []string
+			for _, arch := range []string{debArch(), "all"} {
+				m, _ := filepath.Glob(filepath.Join(dir, n+"_*_"+arch+".deb"))
+				matches = append(matches, m...)
+			}
+			if len(matches) == 0 {
+				missing = append(missing, n)
+				continue
+			}
+			sort.Strings(matches)
+			found[n] = matches[len(matches)-1]
+		}
+		return found, missing
+	}
+	found, missing := find()
+	if len(missing) == 0 {
+		return found, nil
+	}
+	download := func() error {
+		cmd := exec.CommandContext(ctx, "apt-get", append([]string{"download"}, missing...)...)
+		cmd.Dir, cmd.Stdout, cmd.Stderr = dir, os.Stderr, os.Stderr
+		return cmd.Run()
+	}
+	if err := download(); err != nil {
+		update := exec.CommandContext(ctx, "apt-get", "update")
+		update.Stdout, update.Stderr = os.Stderr, os.Stderr
+		if uerr := update.Run(); uerr != nil {
+			return nil, fmt.Errorf("apt-get update: %w", uerr)
+		}
+		if err := download(); err != nil {
+			return nil, fmt.Errorf("apt-get download %s: %w", strings.Join(missing, " "), err)
+		}
+	}
+	if found, missing = find(); len(missing) > 0 {
+		return nil, fmt.Errorf("apt-get download left out %s", strings.Join(missing, " "))
+	}
+	return found, nil
+}
+
+// debArch is Debian's name of this machine's architecture.
+func debArch() string {
+	switch runtime.GOARCH {
+	case "arm":
+		return "armhf"
+	case "386":
+		return "i386"
+	default: // amd64, arm64, ppc64le (ppc64el), s390x, riscv64
+		if runtime.GOARCH == "ppc64le" {
+			return "ppc64el"
+		}
+		return runtime.GOARCH
+	}
 }

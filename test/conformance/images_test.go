@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"io"
+	"io/fs"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -18,28 +19,25 @@ import (
 	"github.com/shutter-csi/shutter/test/cluster"
 )
 
-// fakeDeb builds a busybox-static package whose "busybox" is a script listing three applets, one
-// of them twice and one being busybox itself, and returns its path.
-func fakeDeb(t *testing.T) string {
+// fakeDeb builds a Debian package of the given files (path relative to the root: content) in
+// dir and returns its path.
+func fakeDeb(t *testing.T, dir, name string, files map[string]string) string {
 	t.Helper()
 	if _, err := exec.LookPath("dpkg-deb"); err != nil {
 		t.Skip("dpkg-deb is not installed")
 	}
-	root := filepath.Join(t.TempDir(), "pkg")
-	for _, d := range []string{"DEBIAN", "bin"} {
-		if err := os.MkdirAll(filepath.Join(root, d), 0o755); err != nil {
+	root := filepath.Join(t.TempDir(), name)
+	control := "Package: " + name + "\nVersion: 1:9.9-1\nArchitecture: all\nMaintainer: test <t@example.invalid>\nDescription: test\n"
+	files["DEBIAN/control"] = control
+	for p, content := range files {
+		if err := os.MkdirAll(filepath.Dir(filepath.Join(root, p)), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(root, p), []byte(content), 0o755); err != nil {
 			t.Fatal(err)
 		}
 	}
-	control := "Package: busybox-static\nVersion: 1:9.9-1\nArchitecture: all\nMaintainer: test <t@example.invalid>\nDescription: test\n"
-	script := "#!/bin/sh\necho bin/sh; echo usr/bin/env; echo bin/sh; echo bin/busybox\n"
-	files := map[string]string{"DEBIAN/control": control, "bin/busybox": script}
-	for name, content := range files {
-		if err := os.WriteFile(filepath.Join(root, name), []byte(content), 0o755); err != nil {
-			t.Fatal(err)
-		}
-	}
-	deb := filepath.Join(t.TempDir(), "busybox-static.deb")
+	deb := filepath.Join(dir, name+"_9.9-1_all.deb")
 	if out, err := exec.Command("dpkg-deb", "--root-owner-group", "--build", root, deb).CombinedOutput(); err != nil {
 		t.Fatalf("dpkg-deb --build: %v\n%s", err, out)
 	}
@@ -47,13 +45,26 @@ func fakeDeb(t *testing.T) string {
 }
 
 func TestBuildImages(t *testing.T) {
-	deb := fakeDeb(t)
+	debDir := t.TempDir()
+	// busybox-static's "busybox" lists three applets, one of them twice and one being busybox
+	// itself; coreutils brings a GNU dd.
+	fakeDeb(t, debDir, "busybox-static", map[string]string{
+		"bin/busybox": "#!/bin/sh\necho bin/sh; echo usr/bin/env; echo bin/sh; echo bin/busybox; echo bin/dd\n",
+	})
+	fakeDeb(t, debDir, "coreutils", map[string]string{"bin/dd": "GNU dd", "usr/share/doc/coreutils/README": "doc"})
+	for _, p := range glibcPackages[1:] {
+		fakeDeb(t, debDir, p, map[string]string{"usr/lib/" + p + ".so": p})
+	}
+	debs, err := FetchDebs(context.Background(), debDir, Packages())
+	if err != nil {
+		t.Fatal(err)
+	}
 	agnhost := filepath.Join(t.TempDir(), "agnhost")
 	if err := os.WriteFile(agnhost, []byte("agnhost binary"), 0o755); err != nil {
 		t.Fatal(err)
 	}
 	out := t.TempDir()
-	tars, err := BuildImages(context.Background(), ImageOptions{BusyboxDeb: deb, Agnhost: agnhost, Out: out, Created: time.Unix(0, 0)})
+	tars, err := BuildImages(context.Background(), ImageOptions{BusyboxDeb: debs["busybox-static"], Debs: debs, Agnhost: agnhost, Out: out, Created: time.Unix(0, 0)})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -76,6 +87,42 @@ func TestBuildImages(t *testing.T) {
 	}
 	if !slices.Equal(got, want) {
 		t.Errorf("image names %q, want %q", got, want)
+	}
+}
+
+func TestOverlayPackages(t *testing.T) {
+	debDir := t.TempDir()
+	deb := fakeDeb(t, debDir, "coreutils", map[string]string{"bin/dd": "GNU dd", "usr/share/doc/coreutils/README": "doc"})
+	extra, err := DebFiles(context.Background(), deb)
+	if err != nil {
+		t.Fatal(err)
+	}
+	base := BusyboxFiles([]byte("busybox binary"), []string{"bin/sh", "bin/dd"})
+	files := Overlay(base, extra)
+	got := map[string]string{}
+	for _, f := range files {
+		switch {
+		case f.Link != "":
+			got[f.Path] = f.Link
+		case f.Mode.IsDir():
+			got[f.Path] = "dir"
+		default:
+			got[f.Path] = "file:" + string(f.Data)
+		}
+	}
+	want := map[string]string{"/bin/dd": "file:GNU dd", "/bin/sh": "/bin/busybox", "/bin": "dir", "/tmp": "dir"}
+	for p, w := range want {
+		if got[p] != w {
+			t.Errorf("%s: %q, want %q", p, got[p], w)
+		}
+	}
+	if _, ok := got["/usr/share/doc/coreutils/README"]; ok {
+		t.Error("the package's documentation is in the image")
+	}
+	for _, f := range files {
+		if f.Path == "/tmp" && f.Mode&fs.ModeSticky == 0 {
+			t.Error("/tmp lost its sticky bit")
+		}
 	}
 }
 
