@@ -30,10 +30,12 @@ cd "$root"
 
 cache="${SHUTTER_CACHE_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/shutter}"
 suites=${SUITES:-snapshottable}
-# volumeMode's "should not mount / map unused volumes in a pod" looks for the pod's folders
-# under /var/lib/kubelet, a path it does not take from -kubelet-root-dir; the local node's kubelet
-# keeps them in its state folder.
-skip=${SKIP:-'\[Disruptive\]|\[Feature:Windows\]|volumeMode should not mount / map unused volumes'}
+# Skipped by default (docs/conformance.md): volumeMode's "should not mount / map unused volumes
+# in a pod" looks for the pod's folders under /var/lib/kubelet, a path it does not take from
+# -kubelet-root-dir, through nsenter into the host's PID 1, which this machine's sandbox refuses;
+# provisioning's "any volume data source" runs a volume populator and its validator, whose images
+# are not built here.
+skip=${SKIP:-'\[Disruptive\]|\[Feature:Windows\]|volumeMode should not mount / map unused volumes|provision storage with any volume data source'}
 procs=${PROCS:-4}
 timeout=${TIMEOUT:-2h}
 report=${REPORT_DIR:-$root/bin/conformance/$(date -u +%Y%m%dT%H%M%SZ)}
