@@ -49,9 +49,10 @@ type SuiteImage struct {
 // Ref is the image's full name.
 func (i SuiteImage) Ref() string { return Registry + "/" + i.Name + ":" + i.Tag }
 
-// glibcPackages are GNU coreutils and the libraries it links (Debian 12): multiVolume's pods
-// run GNU dd in glibc-dns-testing (oflag=nocache, which busybox's dd refuses).
-var glibcPackages = []string{"coreutils", "libc6", "libgcc-s1", "libacl1", "libattr1", "libgmp10", "libselinux1", "libpcre2-8-0"}
+// glibcPackages are GNU coreutils, dash as /bin/sh and the libraries they link (Debian 12):
+// multiVolume's pods run GNU dd in glibc-dns-testing (oflag=nocache, which busybox's dd refuses),
+// through sh -c; busybox's sh would run its own dd applet whatever the PATH says.
+var glibcPackages = []string{"coreutils", "dash", "libc6", "libgcc-s1", "libacl1", "libattr1", "libgmp10", "libselinux1", "libpcre2-8-0"}
 
 // SuiteImages are the images the External Storage suites start pods with (k8s.io/kubernetes
 // v1.37.2, test/utils/image/manifest.go). The suites run only shell commands in busybox, nginx

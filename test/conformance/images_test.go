@@ -52,7 +52,8 @@ func TestBuildImages(t *testing.T) {
 		"bin/busybox": "#!/bin/sh\necho bin/sh; echo usr/bin/env; echo bin/sh; echo bin/busybox; echo bin/dd\n",
 	})
 	fakeDeb(t, debDir, "coreutils", map[string]string{"bin/dd": "GNU dd", "usr/share/doc/coreutils/README": "doc"})
-	for _, p := range glibcPackages[1:] {
+	fakeDeb(t, debDir, "dash", map[string]string{"bin/dash": "dash"})
+	for _, p := range glibcPackages[2:] {
 		fakeDeb(t, debDir, p, map[string]string{"usr/lib/" + p + ".so": p})
 	}
 	debs, err := FetchDebs(context.Background(), debDir, Packages())
