@@ -66,9 +66,11 @@ cleanup() {
     # The chart's components' logs (the driver's, the sidecars', the controller's).
     mkdir -p "$report/pod-logs"
     cp -rL "$dir"/node/pod-logs/shutter-system_* "$report/pod-logs/" 2>/dev/null || true
+    # What the suite's cleanup left behind (it should be nothing).
+    kubectl --kubeconfig "$kubeconfig" get pv,volumesnapshotcontents,volumegroupsnapshotcontents -o name \
+      >"$report/left-over.txt" 2>&1 || true
     say "uninstalling the chart"
     helm --kubeconfig "$kubeconfig" uninstall shutter -n shutter-system --wait --timeout 3m >&2 || true
-    kubectl --kubeconfig "$kubeconfig" get pv,volumesnapshotcontents -o name >"$report/left-over.txt" 2>&1 || true
   fi
   say "stopping the control plane and the node"
   go run ./hack/cluster down -dir "$dir" >&2 || rc=1
