@@ -25,8 +25,7 @@ mkdir -p "$bin"
 # module and main package of every binary
 declare -A module=(
   [etcd]=etcd [kube-apiserver]=kube [kube-controller-manager]=kube [kubectl]=kube [helm]=helm
-  [controller-gen]=codegen [client-gen]=codegen [deepcopy-gen]=codegen [informer-gen]=codegen
-  [lister-gen]=codegen
+  [controller-gen]=codegen
   [kube-scheduler]=kubenode [kubelet]=kubenode
   [containerd]=containerd [ctr]=containerd [containerd-shim-runc-v2]=containerd
   [runc]=runc [loopback]=cni [csi-provisioner]=provisioner
@@ -40,10 +39,6 @@ declare -A main=(
   [kubectl]=k8s.io/kubernetes/cmd/kubectl
   [helm]=helm.sh/helm/v3/cmd/helm
   [controller-gen]=sigs.k8s.io/controller-tools/cmd/controller-gen
-  [client-gen]=k8s.io/code-generator/cmd/client-gen
-  [deepcopy-gen]=k8s.io/code-generator/cmd/deepcopy-gen
-  [informer-gen]=k8s.io/code-generator/cmd/informer-gen
-  [lister-gen]=k8s.io/code-generator/cmd/lister-gen
   [kube-scheduler]=k8s.io/kubernetes/cmd/kube-scheduler
   [kubelet]=k8s.io/kubernetes/cmd/kubelet
   [containerd]=github.com/containerd/containerd/v2/cmd/containerd
@@ -63,7 +58,7 @@ declare -A testbinary=([e2e.test]=1)
 # Rough cold build times on an idle 2-core machine, for the progress message. kubelet and
 # kube-scheduler reuse most of what kube-apiserver compiled (make test builds that first).
 declare -A minutes=([etcd]=2 [kube-apiserver]=10 [kube-controller-manager]=3 [kubectl]=1 [helm]=2
-  [controller-gen]=1 [client-gen]=1 [deepcopy-gen]=1 [informer-gen]=1 [lister-gen]=1
+  [controller-gen]=1
   [kube-scheduler]=10 [kubelet]=2 [containerd]=2 [ctr]=1 [containerd-shim-runc-v2]=1 [runc]=1
   [loopback]=1 [csi-provisioner]=5 [upstream-snapshot-controller]=4 [upstream-csi-snapshotter]=2
   [e2e.test]=25 [ginkgo]=1 [agnhost]=3)

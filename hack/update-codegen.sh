@@ -1,40 +1,51 @@
 #!/usr/bin/env bash
-# update-codegen.sh regenerates everything derived from client/apis: deepcopy functions, the typed
-# clientset with its fake, listers, informers and the CRDs (controller-gen writes v1; hack/crdversions
-# adds the older versions clusters may still store). Generated files are never edited by
+# update-codegen.sh regenerates everything derived from client/apis with code-generator's
+# kube_codegen.sh, as client-go recommends: deepcopy functions, OpenAPI definitions, apply
+# configurations with a type converter from those definitions, the typed clientset (with Apply,
+# and a fake whose NewClientset tracks managed fields with that converter), listers and
+# informers; then the CRDs (controller-gen writes v1; hack/crdversions adds the older versions
+# clusters may still store). Generated files are never edited by
 # hand; `make verify` runs this into a scratch copy and fails when the result differs.
 #
 # Usage: hack/update-codegen.sh [client-dir]   (default: ./client)
+#        UPDATE_API_VIOLATIONS=1 rewrites hack/openapi-violations.list, the API rule violations
+#        openapi-gen reports (the shapes are the public API's: they are recorded, not fixed)
 set -euo pipefail
 
 root=$(cd "$(dirname "$0")/.." && pwd)
 client=$(cd "${1:-$root/client}" && pwd)
-bin=$("$root/hack/build-tools.sh" controller-gen client-gen deepcopy-gen informer-gen lister-gen | tail -1)
+bin=$("$root/hack/build-tools.sh" controller-gen | tail -1)
 header="$root/hack/boilerplate.go.txt"
-pkg=github.com/shutter-csi/shutter/client
-apis=(volumesnapshot/v1 volumegroupsnapshot/v1 snapshotschedule/v1alpha1 snapshotmetadataservice/v1beta1)
+# kube_codegen.sh sets a global "pkg": ours has another name.
+client_pkg=github.com/shutter-csi/shutter/client
+
+# code-generator's own script, of the version hack/tools/codegen pins. It installs the generators
+# it runs into GOBIN: a folder of the tool cache per code-generator version, so they are built once.
+export GOWORK=off
+codegen=$(cd "$root/hack/tools/codegen" && go mod download k8s.io/code-generator && go list -m -f "{{.Dir}}" k8s.io/code-generator)
+cache="${SHUTTER_CACHE_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/shutter}"
+export GOBIN="$cache/build/kube-codegen-$(basename "$codegen" | sed 's/.*@//')-$(go env GOVERSION)"
+mkdir -p "$GOBIN"
+# shellcheck source=/dev/null
+source "$codegen/kube_codegen.sh"
 
 cd "$client"
-rm -rf clientset listers informers config/crd
+rm -rf clientset listers informers applyconfiguration config/crd
 find apis -name 'zz_generated.*.go' -delete
 
 echo "codegen: deepcopy" >&2
-"$bin/deepcopy-gen" --go-header-file "$header" --output-file zz_generated.deepcopy.go \
-  "${apis[@]/#/./apis/}"
+kube::codegen::gen_helpers --boilerplate "$header" apis
 
-echo "codegen: clientset" >&2
-"$bin/client-gen" --go-header-file "$header" --clientset-name versioned \
-  --input-base "$pkg/apis" --input "$(IFS=,; echo "${apis[*]}")" \
-  --output-pkg "$pkg/clientset" --output-dir clientset
+echo "codegen: OpenAPI definitions" >&2
+kube::codegen::gen_openapi --boilerplate "$header" --output-dir openapi --output-pkg "$client_pkg/openapi" \
+  --report-filename "$root/hack/openapi-violations.list" ${UPDATE_API_VIOLATIONS:+--update-report} apis
+schema=$(mktemp)
+trap 'rm -f "$schema"' EXIT
+go run ./openapi/cmd/models-schema >"$schema"
 
-echo "codegen: listers" >&2
-"$bin/lister-gen" --go-header-file "$header" --output-pkg "$pkg/listers" --output-dir listers \
-  "${apis[@]/#/$pkg/apis/}"
-
-echo "codegen: informers" >&2
-"$bin/informer-gen" --go-header-file "$header" --output-pkg "$pkg/informers" --output-dir informers \
-  --versioned-clientset-package "$pkg/clientset/versioned" --listers-package "$pkg/listers" \
-  "${apis[@]/#/$pkg/apis/}"
+echo "codegen: apply configurations, clientset, listers, informers" >&2
+kube::codegen::gen_client --boilerplate "$header" --output-dir . --output-pkg "$client_pkg" \
+  --with-applyconfig --applyconfig-openapi-schema "$schema" --with-watch apis
 
 echo "codegen: CRDs" >&2
 "$bin/controller-gen" crd:crdVersions=v1 paths=./apis/... output:crd:dir=config/crd

@@ -36,6 +36,7 @@ func parseFlags(args []string) (sidecar.Options, bool, error) {
 	fs.IntVar(&opts.Workers, "worker-threads", opts.Workers, "Number of workers per reconciled kind.")
 	fs.DurationVar(&opts.RetryIntervalStart, "retry-interval-start", opts.RetryIntervalStart, "First retry delay after a failure; doubles per retry.")
 	fs.DurationVar(&opts.RetryIntervalMax, "retry-interval-max", opts.RetryIntervalMax, "Longest retry delay.")
+	fs.DurationVar(&opts.SyncTimeout, "sync-timeout", opts.SyncTimeout, "Deadline of each sync of a content (its CSI call and the writes after it): a sync still waiting then is ended and retried, so that one call that hangs cannot hold a worker; at least twice --timeout (a shorter one is raised, with a warning); 0 sets no deadline.")
 	fs.DurationVar(&opts.ResyncPeriod, "resync-period", opts.ResyncPeriod, "How often every object is looked at again; 0 disables.")
 	opts.HTTP.AddFlags(fs, "Address serving /metrics and /healthz/leader-election, e.g. :8080; empty serves nothing.")
 	opts.HTTP.AddMetricsFlags(fs)
@@ -62,6 +63,9 @@ func parseFlags(args []string) (sidecar.Options, bool, error) {
 	}
 	if opts.Workers <= 0 || opts.Timeout <= 0 || opts.RetryIntervalStart <= 0 || opts.RetryIntervalMax < opts.RetryIntervalStart {
 		return opts, false, errors.New("--worker-threads and --timeout must be positive, and --retry-interval-max at least --retry-interval-start")
+	}
+	if opts.SyncTimeout < 0 {
+		return opts, false, errors.New("--sync-timeout cannot be negative")
 	}
 	return opts, false, nil
 }

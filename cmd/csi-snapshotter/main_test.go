@@ -13,7 +13,8 @@ func TestParseFlags(t *testing.T) {
 	commandtest.Run(t, parseFlags, []commandtest.Case[sidecar.Options]{
 		{Name: "defaults", Env: noNode, Check: func(t *testing.T, o sidecar.Options) {
 			if o.CSIAddress != "/run/csi/socket" || o.Timeout != time.Minute || o.SnapshotNamePrefix != "snapshot" ||
-				o.GroupSnapshotNamePrefix != "groupsnapshot" || o.SnapshotNameUUIDLength != -1 || o.NodeName != "" {
+				o.GroupSnapshotNamePrefix != "groupsnapshot" || o.SnapshotNameUUIDLength != -1 || o.NodeName != "" ||
+				o.SyncTimeout != 10*time.Minute {
 				t.Errorf("defaults %+v", o)
 			}
 		}},
@@ -32,6 +33,12 @@ func TestParseFlags(t *testing.T) {
 		{Name: "node deployment without NODE_NAME", Args: []string{"--node-deployment"}, Env: noNode, WantErr: "NODE_NAME"},
 		{Name: "node deployment with leader election", Args: []string{"--node-deployment", "--leader-election"},
 			Env: map[string]string{"NODE_NAME": "n"}, WantErr: "exclude each other"},
+		{Name: "sync timeout", Args: []string{"--sync-timeout=3m"}, Env: noNode, Check: func(t *testing.T, o sidecar.Options) {
+			if o.SyncTimeout != 3*time.Minute {
+				t.Errorf("sync timeout %s", o.SyncTimeout)
+			}
+		}},
+		{Name: "negative sync timeout", Args: []string{"--sync-timeout=-1s"}, Env: noNode, WantErr: "cannot be negative"},
 		{Name: "zero workers", Args: []string{"--worker-threads=0"}, WantErr: "must be positive"},
 		{Name: "retry max below start", Args: []string{"--retry-interval-start=10s", "--retry-interval-max=1s"}, WantErr: "at least"},
 		{Name: "stray argument", Args: []string{"extra"}, WantErr: "unexpected arguments"},

@@ -5,12 +5,14 @@ package main
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"strings"
 	"time"
 
 	"github.com/shutter-csi/shutter/pkg/app"
 	"github.com/shutter-csi/shutter/pkg/command"
+	"github.com/shutter-csi/shutter/pkg/controller"
 	"github.com/shutter-csi/shutter/pkg/snapshot"
 )
 
@@ -37,6 +39,7 @@ func parseFlags(args []string) (snapshot.RunOptions, bool, error) {
 	fs.IntVar(&opts.Controller.Workers, "worker-threads", 10, "Workers per queue.")
 	fs.DurationVar(&opts.Controller.Retry.RetryStart, "retry-interval-start", time.Second, "First retry delay of a failed object; doubles on each failure.")
 	fs.DurationVar(&opts.Controller.Retry.RetryMax, "retry-interval-max", 5*time.Minute, "Longest retry delay of a failed object.")
+	fs.DurationVar(&opts.Controller.Retry.SyncTimeout, "sync-timeout", controller.DefaultSyncTimeout, "Deadline of each sync of an object: a sync still waiting on an API call then is ended and retried, so that one call that hangs cannot hold a worker; 0 sets no deadline.")
 	fs.DurationVar(&opts.Controller.ResyncPeriod, "resync-period", 15*time.Minute, "How often every object is looked at again as a safety net; 0 disables it.")
 	fs.BoolVar(&opts.Controller.DistributedSnapshotting, "enable-distributed-snapshotting", false, "Label each content with the node of its volume, for node-local sidecars.")
 	fs.BoolVar(&opts.Controller.ReadyEvents, "ready-events", false, "Record a Normal event when a snapshot or group snapshot becomes ready (status.readyToUse says the same; each event is an API write). Failures always get a Warning event.")
@@ -54,6 +57,9 @@ func parseFlags(args []string) (snapshot.RunOptions, bool, error) {
 	dropIn := command.NewDropIn()
 	if showVersion, err := command.ParseDropIn(fs, args, dropIn); showVersion || err != nil {
 		return opts, showVersion, err
+	}
+	if opts.Controller.Retry.SyncTimeout < 0 {
+		return opts, false, errors.New("--sync-timeout cannot be negative")
 	}
 	opts.Controller.Groups = dropIn.Enabled(command.GateGroupSnapshots)
 	return opts, false, opts.HTTP.Complete()

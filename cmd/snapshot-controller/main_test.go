@@ -12,10 +12,16 @@ import (
 func TestParseFlags(t *testing.T) {
 	commandtest.Run(t, parseFlags, []commandtest.Case[snapshot.RunOptions]{
 		{Name: "defaults", Check: func(t *testing.T, o snapshot.RunOptions) {
-			if c := o.Controller; c.Workers != 10 || c.ResyncPeriod != 15*time.Minute || !c.Groups {
-				t.Errorf("workers %d, resync %s, groups %t", c.Workers, c.ResyncPeriod, c.Groups)
+			if c := o.Controller; c.Workers != 10 || c.ResyncPeriod != 15*time.Minute || !c.Groups || c.Retry.SyncTimeout != 10*time.Minute {
+				t.Errorf("workers %d, resync %s, groups %t, sync timeout %s", c.Workers, c.ResyncPeriod, c.Groups, c.Retry.SyncTimeout)
 			}
 		}},
+		{Name: "sync timeout", Args: []string{"--sync-timeout=0"}, Check: func(t *testing.T, o snapshot.RunOptions) {
+			if o.Controller.Retry.SyncTimeout != 0 {
+				t.Errorf("sync timeout %s", o.Controller.Retry.SyncTimeout)
+			}
+		}},
+		{Name: "negative sync timeout", Args: []string{"--sync-timeout=-1s"}, WantErr: "cannot be negative"},
 		{Name: "groups off", Args: []string{"--feature-gates=CSIVolumeGroupSnapshot=false", "--worker-threads=3"},
 			Check: func(t *testing.T, o snapshot.RunOptions) {
 				if c := o.Controller; c.Workers != 3 || c.Groups {

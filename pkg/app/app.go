@@ -139,6 +139,8 @@ type Elector struct {
 	// a recent renewal (a field so tests can swap it).
 	le    atomic.Pointer[leaderelection.LeaderElector]
 	fresh func() bool
+	// predecessors are Leases of older releases that must lapse before run starts (After).
+	predecessors []string
 }
 
 // NewElector prepares leader election on the Lease named name.
@@ -254,7 +256,9 @@ func (e *Elector) Run(ctx context.Context, cs kubernetes.Interface, run func(ctx
 				runCtx, cancel := context.WithCancel(leaderCtx)
 				defer cancel()
 				defer context.AfterFunc(ctx, cancel)()
-				run(runCtx)
+				if e.awaitPredecessors(runCtx, cs, ns, id) {
+					run(runCtx)
+				}
 			},
 			OnStoppedLeading: func() { logger.Info("Stopped leading", "lease", klog.KRef(ns, e.name)) },
 			OnNewLeader: func(leader string) {

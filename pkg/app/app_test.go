@@ -5,7 +5,6 @@ import (
 	"errors"
 	"flag"
 	"io"
-	"k8s.io/apimachinery/pkg/util/wait"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -20,6 +19,8 @@ import (
 
 	clientfeatures "k8s.io/client-go/features"
 	"k8s.io/client-go/rest"
+
+	"github.com/shutter-csi/shutter/test/testenv"
 )
 
 func TestServeHTTP(t *testing.T) {
@@ -39,13 +40,10 @@ func TestServeHTTP(t *testing.T) {
 	get := func(path string) (int, string) {
 		var resp *http.Response
 		// Poll until the server listens, with a deadline.
-		if werr := wait.PollUntilContextTimeout(context.Background(), 20*time.Millisecond, 10*time.Second, true,
-			func(context.Context) (bool, error) {
-				resp, err = http.Get("http://" + addr + path)
-				return err == nil, nil
-			}); werr != nil {
-			t.Fatalf("GET %s: %v", path, err)
-		}
+		testenv.WaitUntil(t, "GET "+path, 10*time.Second, func(context.Context) bool {
+			resp, err = http.Get("http://" + addr + path)
+			return err == nil
+		})
 		defer resp.Body.Close()
 		body, _ := io.ReadAll(resp.Body)
 		return resp.StatusCode, string(body)

@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	coordinationv1 "k8s.io/api/coordination/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
@@ -126,5 +127,57 @@ func TestFencedRefusesWritesWhenNotFresh(t *testing.T) {
 	}
 	if off := NewElector(LeaderElectionOptions{}, "off"); off.Fenced(&rest.Config{Host: srv.URL}).WrapTransport != nil {
 		t.Error("without leader election the configuration must stay unwrapped")
+	}
+}
+
+// TestElectorWaitsForPredecessor: a replica of an older release holds the Lease of the old name.
+// The new replica takes its own Lease but runs nothing until the old one is handed back.
+func TestElectorWaitsForPredecessor(t *testing.T) {
+	env := testenv.Start(t)
+	cs := kubernetes.NewForConfigOrDie(env.Config)
+	ns := testenv.Namespace(t, cs)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	old := &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Name: "older", Namespace: ns}, Spec: coordinationv1.LeaseSpec{
+		HolderIdentity: ptr.To("old-replica"), LeaseDurationSeconds: ptr.To[int32](60), RenewTime: &metav1.MicroTime{Time: time.Now()}}}
+	old, err := cs.CoordinationV1().Leases(ns).Create(ctx, old, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	e := NewElector(LeaderElectionOptions{Enabled: true, Namespace: ns,
+		LeaseDuration: 15 * time.Second, RenewDeadline: 10 * time.Second, RetryPeriod: 100 * time.Millisecond}, "newer").After("older")
+	running := make(chan struct{})
+	go func() {
+		_ = e.Run(ctx, cs, func(ctx context.Context) {
+			close(running)
+			<-ctx.Done()
+		})
+	}()
+	// Two renewals of its own Lease: by then the replica leads and has read the old Lease.
+	var renewals []time.Time
+	testenv.WaitFor(t, "two renewals of the new Lease", time.Minute, func(ctx context.Context) (*coordinationv1.Lease, error) {
+		return cs.CoordinationV1().Leases(ns).Get(ctx, "newer", metav1.GetOptions{})
+	}, func(l *coordinationv1.Lease) bool {
+		if l == nil || l.Spec.RenewTime == nil {
+			return false
+		}
+		if n := len(renewals); n == 0 || !renewals[n-1].Equal(l.Spec.RenewTime.Time) {
+			renewals = append(renewals, l.Spec.RenewTime.Time)
+		}
+		return len(renewals) >= 3
+	})
+	select {
+	case <-running:
+		t.Fatal("the new replica runs while the older release's Lease is live")
+	default:
+	}
+	old.Spec.HolderIdentity = nil
+	if _, err := cs.CoordinationV1().Leases(ns).Update(ctx, old, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-running:
+	case <-time.After(time.Minute):
+		t.Fatal("the new replica did not run after the older one handed back its Lease")
 	}
 }

@@ -1,10 +1,12 @@
 package controller
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -16,6 +18,8 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/cache"
+	"k8s.io/klog/v2"
+	"k8s.io/klog/v2/textlogger"
 
 	"github.com/shutter-csi/shutter/pkg/metrics"
 )
@@ -83,14 +87,84 @@ func TestRequeueIsReadable(t *testing.T) {
 	}
 }
 
-func TestPanicIsRetried(t *testing.T) {
-	q := NewQueue[string]("panic", Options{RetryStart: time.Millisecond, RetryMax: time.Millisecond},
+// TestPanicIsCountedLoggedAndRetried: a panicking sync costs the worker nothing; it is logged
+// with the stack of the panic, counted in shutter_reconcile_panics_total{name} and retried as an
+// error.
+func TestPanicIsCountedLoggedAndRetried(t *testing.T) {
+	var got Result
+	q := NewQueue[string]("panic", Options{RetryStart: time.Millisecond, RetryMax: time.Millisecond,
+		Processed: func(r Result) { got = r }},
 		func(context.Context, string) error { panic("bug") })
 	defer q.ShutDown()
+	panics := metrics.ReconcilePanics.WithLabelValues("panic")
+	before := testutil.ToFloat64(panics)
+	var logs bytes.Buffer
+	ctx := klog.NewContext(context.Background(), textlogger.NewLogger(textlogger.NewConfig(textlogger.Output(&logs))))
 	q.Add("k")
-	q.next(context.Background(), context.Background())
+	q.next(ctx, ctx)
 	if q.queue.NumRequeues("k") != 1 {
 		t.Error("a panicking sync was not retried")
+	}
+	if got.Outcome != OutcomeError || got.Err == nil || got.Err.Error() != "sync panicked: bug" {
+		t.Errorf("processed %+v, want an error, sync panicked: bug", got)
+	}
+	if n := testutil.ToFloat64(panics) - before; n != 1 {
+		t.Errorf("shutter_reconcile_panics_total{name=\"panic\"} rose by %v, want 1", n)
+	}
+	// The stack names the function that panicked.
+	for _, want := range []string{`"Sync panicked"`, `key="k"`, `panic="bug"`, "pkg/controller.TestPanicIsCountedLoggedAndRetried.func"} {
+		if !strings.Contains(logs.String(), want) {
+			t.Errorf("log lacks %s:\n%s", want, logs.String())
+		}
+	}
+}
+
+// TestSyncDeadline: every sync's context ends after SyncTimeout; a sync stuck until then fails
+// as an error that says so, and the worker takes the next key. Without SyncTimeout a sync's
+// context has no deadline.
+func TestSyncDeadline(t *testing.T) {
+	results := make(chan Result, 10)
+	q := NewQueue[string]("deadline", Options{RetryStart: time.Hour, RetryMax: time.Hour, SyncTimeout: 50 * time.Millisecond,
+		Processed: func(r Result) { results <- r }},
+		func(ctx context.Context, key string) error {
+			if key == "stuck" {
+				<-ctx.Done() // a call that honours its context and hangs until it ends
+				return fmt.Errorf("call: %w", ctx.Err())
+			}
+			return nil
+		})
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); q.Run(ctx, 1) }()
+	defer func() { cancel(); <-done }()
+	q.Add("stuck")
+	q.Add("next")
+	stuck, next := <-results, <-results
+	if stuck.Key != "stuck" || stuck.Outcome != OutcomeError || !errors.Is(stuck.Err, context.DeadlineExceeded) ||
+		stuck.Err.Error() != "sync did not finish within 50ms: call: context deadline exceeded" {
+		t.Errorf("stuck sync: %+v, want an error: the deadline", stuck)
+	}
+	if next.Key != "next" || next.Outcome != OutcomeSuccess {
+		t.Errorf("after the stuck sync the worker processed %+v, want next, success", next)
+	}
+
+	for _, tc := range []struct {
+		timeout      time.Duration
+		wantDeadline bool
+	}{{timeout: 0}, {timeout: time.Hour, wantDeadline: true}} {
+		var deadline time.Time
+		var has bool
+		q := NewQueue[string]("deadline-set", Options{SyncTimeout: tc.timeout}, func(ctx context.Context, _ string) error {
+			deadline, has = ctx.Deadline()
+			return nil
+		})
+		q.Add("k")
+		start := time.Now()
+		q.next(context.Background(), context.Background())
+		q.ShutDown()
+		if has != tc.wantDeadline || has && (deadline.Before(start.Add(tc.timeout)) || deadline.After(time.Now().Add(tc.timeout))) {
+			t.Errorf("SyncTimeout %s: sync's deadline %v (set %v)", tc.timeout, deadline, has)
+		}
 	}
 }
 
@@ -122,6 +196,46 @@ func TestWrites(t *testing.T) {
 	w.Record(obj("b", "1", "7"))
 	if got := w.Latest(obj("b", "2", "3")); got.UID != "u2" {
 		t.Error("a recreated object (new uid) must not be shadowed by the old one's write")
+	}
+}
+
+// TestWritesLookup: the lister's copy made current by an own write, an own create the lister does
+// not show yet, nothing, and a lister failure.
+func TestWritesLookup(t *testing.T) {
+	w := NewWrites[*metav1.ObjectMeta]()
+	listed := map[string]*metav1.ObjectMeta{"stale": obj("stale", "1", "5"), "current": obj("current", "1", "5")}
+	get := func(key Key) (*metav1.ObjectMeta, error) {
+		if key.Name == "broken" {
+			return nil, errors.New("broken lister")
+		}
+		if o, ok := listed[key.Name]; ok {
+			return o, nil
+		}
+		return nil, apierrors.NewNotFound(schema.GroupResource{Resource: "things"}, key.Name)
+	}
+	w.Record(obj("stale", "1", "7"))
+	w.Record(obj("created", "1", "1"))
+	tests := []struct {
+		name    string
+		wantRV  string // "" for not found
+		wantErr bool
+	}{
+		{name: "stale", wantRV: "7"},
+		{name: "current", wantRV: "5"},
+		{name: "created", wantRV: "1"},
+		{name: "missing"},
+		{name: "broken", wantErr: true},
+	}
+	for _, tc := range tests {
+		got, found, err := w.Lookup(Key{Name: tc.name}, get)
+		switch {
+		case (err != nil) != tc.wantErr:
+			t.Errorf("%s: error %v, want one: %v", tc.name, err, tc.wantErr)
+		case found != (tc.wantRV != ""):
+			t.Errorf("%s: found %v, want %v", tc.name, found, tc.wantRV != "")
+		case found && got.ResourceVersion != tc.wantRV:
+			t.Errorf("%s: resourceVersion %s, want %s", tc.name, got.ResourceVersion, tc.wantRV)
+		}
 	}
 }
 

@@ -3,10 +3,11 @@ package controller
 import (
 	"context"
 	"errors"
-	"k8s.io/apimachinery/pkg/util/wait"
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/shutter-csi/shutter/test/testenv"
 )
 
 // TestRunFinishesSyncUnderWay cancels Run's context while a sync is under way: the sync keeps a
@@ -38,10 +39,7 @@ func TestRunFinishesSyncUnderWay(t *testing.T) {
 	q.Add("second")
 	cancel()
 	// Run has seen the cancellation once it shut its queue down; from there it waits for the sync.
-	if err := wait.PollUntilContextTimeout(context.Background(), time.Millisecond, 10*time.Second, true,
-		func(context.Context) (bool, error) { return q.queue.ShuttingDown(), nil }); err != nil {
-		t.Fatal("Run did not begin its shutdown")
-	}
+	testenv.WaitUntil(t, "Run begins its shutdown", 10*time.Second, func(context.Context) bool { return q.queue.ShuttingDown() })
 	close(release)
 	select {
 	case <-returned:

@@ -11,20 +11,27 @@
 //   - a conflict: retried with backoff, logged quietly (someone else wrote first);
 //   - anything else: retried with per-key exponential backoff.
 //
+// A sync that panics is recovered, logged with its stack, counted in
+// shutter_reconcile_panics_total and retried as an error. Each sync runs with a deadline
+// (Options.SyncTimeout), so one call that hangs cannot hold a worker forever.
+//
 // The workqueue never hands one key to two workers at once.
 package controller
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"runtime/debug"
 	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"golang.org/x/time/rate"
-	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
 	"k8s.io/client-go/util/workqueue"
 	"k8s.io/klog/v2"
+
+	"github.com/shutter-csi/shutter/pkg/metrics"
 )
 
 // SyncFunc reconciles the object behind one key.
@@ -44,7 +51,15 @@ type Options struct {
 	// DrainTimeout bounds how long the syncs under way when Run's context ends may go on;
 	// zero means DefaultDrainTimeout.
 	DrainTimeout time.Duration
+	// SyncTimeout is the deadline of each sync's context: a sync still running then sees its
+	// context end, and its error is retried like any other. Zero means no deadline.
+	SyncTimeout time.Duration
 }
+
+// DefaultSyncTimeout is the components' default --sync-timeout: far longer than any sync
+// should take (a few API calls, or one CSI call and a status write), so that it only ends one
+// that hangs.
+const DefaultSyncTimeout = 10 * time.Minute
 
 // DefaultDrainTimeout is how long syncs under way at shutdown may take to finish: a CSI call
 // and a status write, with room for a loaded API server.
@@ -57,7 +72,9 @@ type Queue[K comparable] struct {
 	sync      SyncFunc[K]
 	processed func(Result)
 	drain     time.Duration
+	timeout   time.Duration
 	outcomes  map[Outcome]prometheus.Counter
+	panics    prometheus.Counter
 
 	// paceMu guards nextPaced, the time at which the next paced key is due.
 	paceMu    sync.Mutex
@@ -102,7 +119,9 @@ func newQueue[K comparable](name string, opts Options, sync SyncFunc[K], store w
 		sync:      sync,
 		processed: opts.Processed,
 		drain:     opts.DrainTimeout,
+		timeout:   opts.SyncTimeout,
 		outcomes:  outcomeCounters(name),
+		panics:    metrics.ReconcilePanics.WithLabelValues(name),
 		queue: workqueue.NewTypedRateLimitingQueueWithConfig(limiter, workqueue.TypedRateLimitingQueueConfig[K]{
 			Name: name,
 			DelayingQueue: workqueue.NewTypedDelayingQueueWithConfig(workqueue.TypedDelayingQueueConfig[K]{
@@ -192,14 +211,29 @@ func (q *Queue[K]) next(stop, ctx context.Context) bool {
 	return true
 }
 
+// errSyncTimeout is the cause of a sync's context that reached the queue's SyncTimeout.
+var errSyncTimeout = errors.New("sync deadline reached")
+
+// safeSync runs the sync of key with the queue's deadline, and turns a panic into an error
+// after logging it with its stack and counting it.
 func (q *Queue[K]) safeSync(ctx context.Context, key K) (err error) {
+	if q.timeout > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeoutCause(ctx, q.timeout, errSyncTimeout)
+		defer cancel()
+	}
 	defer func() {
 		if r := recover(); r != nil {
-			utilruntime.HandleErrorWithContext(ctx, nil, "Sync panicked", "key", key, "panic", r)
+			q.panics.Inc()
+			klog.FromContext(ctx).Error(nil, "Sync panicked", "key", key, "panic", r, "stack", string(debug.Stack()))
 			err = fmt.Errorf("sync panicked: %v", r)
 		}
 	}()
-	return q.sync(ctx, key)
+	err = q.sync(ctx, key)
+	if err != nil && context.Cause(ctx) == errSyncTimeout {
+		err = fmt.Errorf("sync did not finish within %s: %w", q.timeout, err)
+	}
+	return err
 }
 
 // route decides, in one place, what a sync's outcome means for its key, and returns it.

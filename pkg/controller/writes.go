@@ -3,6 +3,7 @@ package controller
 import (
 	"sync"
 
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/resourceversion"
 )
@@ -99,6 +100,23 @@ func (w *Writes[T]) Get(key Key) (T, bool) {
 	defer w.mu.Unlock()
 	obj, ok := w.objects[key]
 	return obj, ok
+}
+
+// Lookup returns the newest copy of the object at key: the one get reads from the informer's
+// lister, made current by this component's own writes (Latest), or, where the lister does not
+// hold it, the object this component created that the informer has not delivered yet (Get).
+// found is false when neither has it; a lister error other than NotFound is returned.
+func (w *Writes[T]) Lookup(key Key, get func(Key) (T, error)) (obj T, found bool, err error) {
+	listed, err := get(key)
+	switch {
+	case err == nil:
+		return w.Latest(listed), true, nil
+	case apierrors.IsNotFound(err):
+		obj, found = w.Get(key)
+		return obj, found, nil
+	default:
+		return obj, false, err
+	}
 }
 
 // newer tells whether a's resourceVersion is later than b's. Versions that cannot be compared

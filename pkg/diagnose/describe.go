@@ -6,6 +6,9 @@ import (
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	groupv1 "github.com/shutter-csi/shutter/client/apis/volumegroupsnapshot/v1"
+	snapshotv1 "github.com/shutter-csi/shutter/client/apis/volumesnapshot/v1"
 )
 
 // Diagnosis is the result of describe: the object, its state and the reason (as stuck lists
@@ -34,11 +37,11 @@ func describe(ctx context.Context, s *store, opts Options, namespace, kind, name
 func diagnoseOne(ctx context.Context, s *store, namespace, kind, name string) (*Diagnosis, error) {
 	switch kind {
 	case "snapshot", "snapshots", "vs", "volumesnapshot", "volumesnapshots":
-		return diagnoseWith(ctx, s, s.snapshots, "VolumeSnapshot", namespace, name, snapshotPhase, s.snapshotChain)
+		return diagnoseWith(ctx, s, s.snapshots, "VolumeSnapshot", namespace, name, phaseOf[*snapshotv1.VolumeSnapshot], s.snapshotChain)
 	case "content", "contents", "vsc", "volumesnapshotcontent", "volumesnapshotcontents":
-		return diagnoseWith(ctx, s, s.contents, "VolumeSnapshotContent", "", name, contentPhase, s.contentChain)
+		return diagnoseWith(ctx, s, s.contents, "VolumeSnapshotContent", "", name, phaseOf[*snapshotv1.VolumeSnapshotContent], s.contentChain)
 	case "group", "groups", "vgs", "volumegroupsnapshot", "volumegroupsnapshots":
-		return diagnoseWith(ctx, s, s.groups, "VolumeGroupSnapshot", namespace, name, groupPhase, s.groupSnapshotChain)
+		return diagnoseWith(ctx, s, s.groups, "VolumeGroupSnapshot", namespace, name, phaseOf[*groupv1.VolumeGroupSnapshot], s.groupSnapshotChain)
 	}
 	return nil, fmt.Errorf("unknown kind %q: snapshot, content or group", kind)
 }

@@ -48,7 +48,7 @@ type chainRule func(*chain) (verdict, bool)
 // chainRules explain a snapshot, or a content (whose snapshot may be gone).
 var chainRules = []chainRule{
 	func(c *chain) (verdict, bool) {
-		if c.vs != nil && c.vs.DeletionTimestamp == nil && snapshotReady(c.vs) {
+		if c.vs != nil && c.vs.DeletionTimestamp == nil && protocol.Ready(c.vs) {
 			return verdict{RuleReady, "nothing is wrong: the snapshot is ready to use"}, true
 		}
 		return verdict{}, false
@@ -127,7 +127,7 @@ func (c *chain) waitsForSidecar() (verdict, bool) {
 	}
 	deleting := content.DeletionTimestamp != nil && hasFinalizer(content, protocol.ContentBoundFinalizer)
 	// A content whose snapshot is gone waits for the controller to delete it, not for a create.
-	creating := c.vs != nil && content.DeletionTimestamp == nil && !contentReady(content) && content.Annotations[protocol.AnnGroupSnapshotHandle] == ""
+	creating := c.vs != nil && content.DeletionTimestamp == nil && !protocol.Ready(content) && content.Annotations[protocol.AnnGroupSnapshotHandle] == ""
 	if !deleting && !creating {
 		return verdict{}, false
 	}
@@ -236,7 +236,7 @@ type groupRule func(*groupChain) (verdict, bool)
 // groupRules explain a group snapshot.
 var groupRules = []groupRule{
 	func(g *groupChain) (verdict, bool) {
-		if g.vgs.DeletionTimestamp == nil && g.vgs.Status != nil && g.vgs.Status.ReadyToUse != nil && *g.vgs.Status.ReadyToUse {
+		if g.vgs.DeletionTimestamp == nil && protocol.Ready(g.vgs) {
 			return verdict{RuleReady, "nothing is wrong: the group snapshot is ready to use"}, true
 		}
 		return verdict{}, false
@@ -292,7 +292,7 @@ func (g *groupChain) waitsForSidecar() (verdict, bool) {
 		return verdict{}, false
 	}
 	deleting := content.DeletionTimestamp != nil && hasFinalizer(content, protocol.GroupContentBoundFinalizer)
-	creating := content.DeletionTimestamp == nil && !groupContentReady(content)
+	creating := content.DeletionTimestamp == nil && !protocol.Ready(content)
 	if !deleting && !creating {
 		return verdict{}, false
 	}
@@ -334,18 +334,6 @@ func errorMessage(e *snapshotv1.VolumeSnapshotError) string {
 		return "(no message)"
 	}
 	return *e.Message
-}
-
-func snapshotReady(vs *snapshotv1.VolumeSnapshot) bool {
-	return vs.Status != nil && vs.Status.ReadyToUse != nil && *vs.Status.ReadyToUse
-}
-
-func contentReady(c *snapshotv1.VolumeSnapshotContent) bool {
-	return c.Status != nil && c.Status.ReadyToUse != nil && *c.Status.ReadyToUse
-}
-
-func groupContentReady(c *groupv1.VolumeGroupSnapshotContent) bool {
-	return c.Status != nil && c.Status.ReadyToUse != nil && *c.Status.ReadyToUse
 }
 
 func contentHandle(c *snapshotv1.VolumeSnapshotContent) string {

@@ -9,6 +9,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
 
 	snapshotv1 "github.com/shutter-csi/shutter/client/apis/volumesnapshot/v1"
 	"github.com/shutter-csi/shutter/pkg/protocol"
@@ -48,7 +49,7 @@ func TestExplain(t *testing.T) {
 		reason string
 	}{
 		{"ready", &chain{vs: vs(func(v *snapshotv1.VolumeSnapshot) {
-			v.Status = &snapshotv1.VolumeSnapshotStatus{ReadyToUse: ptrTo(true)}
+			v.Status = &snapshotv1.VolumeSnapshotStatus{ReadyToUse: ptr.To(true)}
 		})}, RuleReady, "nothing is wrong"},
 		{"a restore blocks deletion before the backend error", &chain{vs: vs(deleted), sidecar: dead,
 			restoring: []*corev1.PersistentVolumeClaim{{ObjectMeta: metav1.ObjectMeta{Name: "r1"}}, {ObjectMeta: metav1.ObjectMeta{Name: "r2"}}},
@@ -59,7 +60,7 @@ func TestExplain(t *testing.T) {
 			c.Status = &snapshotv1.VolumeSnapshotContentStatus{Error: &snapshotv1.VolumeSnapshotError{Message: &msg}}
 		})}, RuleBackendError, "backend error: disk full"},
 		{"dead sidecar", &chain{vs: vs(), content: content(), sidecar: dead}, RuleNoSidecar, "has renewed its lease for 7m"},
-		{"no Lease at all", &chain{vs: vs(), content: content()}, RuleNoSidecar, "holds a Lease (shutter-snapshotter-d or external-snapshotter-leader-d"},
+		{"no Lease at all", &chain{vs: vs(), content: content()}, RuleNoSidecar, "holds a Lease (external-snapshotter-leader-d or shutter-snapshotter-d"},
 		{"only a tenant's Lease", &chain{vs: vs(), content: content(), sidecar: holder{Ignored: []string{"tenant/shutter-snapshotter-d"}}},
 			RuleNoSidecar, "not counted: tenant/shutter-snapshotter-d, in a namespace where no csi-snapshotter can run"},
 		{"renewed in the future", &chain{vs: vs(), content: content(), sidecar: holder{Lease: "kube-system/shutter-snapshotter-d",
@@ -81,7 +82,7 @@ func TestExplain(t *testing.T) {
 		{"delete content whose snapshot is gone", &chain{content: content()}, RuleWaitingForController, "delete this content"},
 		{"no content yet", &chain{vs: vs(), contentName: "snapcontent-u", controller: live}, RuleWaitingForController, "create content snapcontent-u (leader p"},
 		{"ready content, snapshot not updated", &chain{vs: vs(), content: content(func(c *snapshotv1.VolumeSnapshotContent) {
-			c.Status = &snapshotv1.VolumeSnapshotContentStatus{ReadyToUse: ptrTo(true)}
+			c.Status = &snapshotv1.VolumeSnapshotContentStatus{ReadyToUse: ptr.To(true)}
 		}), controller: dead}, RuleWaitingForController, "no snapshot-controller has renewed its lease for 7m"},
 		{"two default classes", &chain{vs: vs(), driver: "d", defaults: make([]*snapshotv1.VolumeSnapshotClass, 2)}, RuleNoDefaultClass, "2 default VolumeSnapshotClasses for driver d"},
 	}
@@ -94,8 +95,6 @@ func TestExplain(t *testing.T) {
 		})
 	}
 }
-
-func ptrTo[T any](v T) *T { return &v }
 
 func TestSortItems(t *testing.T) {
 	items := []Item{{Kind: "B", Name: "x", AgeSeconds: 10}, {Kind: "A", Name: "y", AgeSeconds: 30}, {Kind: "A", Name: "a", AgeSeconds: 10}}

@@ -97,10 +97,10 @@ func findStuck(ctx context.Context, s *store, namespace string, threshold time.D
 	}
 	snapshots, _ := s.snapshots.List(ctx, namespace)
 	for _, vs := range snapshots {
-		if snapshotPhase(vs) == PhaseReady {
+		if phaseOf(vs) == PhaseReady {
 			continue
 		}
-		if err := add("VolumeSnapshot", vs, snapshotPhase(vs), func() (verdict, string, error) {
+		if err := add("VolumeSnapshot", vs, phaseOf(vs), func() (verdict, string, error) {
 			return explained(s.snapshotChain(ctx, vs))
 		}); err != nil {
 			return nil, err
@@ -111,7 +111,7 @@ func findStuck(ctx context.Context, s *store, namespace string, threshold time.D
 		if !inScope(content.Spec.VolumeSnapshotRef.Namespace, namespace) {
 			continue
 		}
-		if err := add("VolumeSnapshotContent", content, contentPhase(content), func() (verdict, string, error) {
+		if err := add("VolumeSnapshotContent", content, phaseOf(content), func() (verdict, string, error) {
 			return explained(s.contentChain(ctx, content))
 		}); err != nil {
 			return nil, err
@@ -129,7 +129,7 @@ type addFunc func(kind string, obj metav1.Object, phase string, explainIt func()
 func (s *store) stuckGroups(ctx context.Context, namespace string, add addFunc) error {
 	groups, _ := s.groups.List(ctx, namespace)
 	for _, vgs := range groups {
-		if err := add("VolumeGroupSnapshot", vgs, groupPhase(vgs), func() (verdict, string, error) {
+		if err := add("VolumeGroupSnapshot", vgs, phaseOf(vgs), func() (verdict, string, error) {
 			return explained(s.groupSnapshotChain(ctx, vgs))
 		}); err != nil {
 			return err
@@ -141,7 +141,7 @@ func (s *store) stuckGroups(ctx context.Context, namespace string, add addFunc) 
 		if !inScope(ref.Namespace, namespace) {
 			continue
 		}
-		if err := add("VolumeGroupSnapshotContent", content, groupContentPhase(content), func() (verdict, string, error) {
+		if err := add("VolumeGroupSnapshotContent", content, phaseOf(content), func() (verdict, string, error) {
 			return s.explainGroupContent(ctx, content)
 		}); err != nil {
 			return err

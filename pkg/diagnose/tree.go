@@ -6,8 +6,8 @@ import (
 	"strings"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
 
-	groupv1 "github.com/shutter-csi/shutter/client/apis/volumegroupsnapshot/v1"
 	snapshotv1 "github.com/shutter-csi/shutter/client/apis/volumesnapshot/v1"
 	"github.com/shutter-csi/shutter/pkg/protocol"
 )
@@ -166,11 +166,11 @@ func (c *chain) classNode() *Node {
 }
 
 func snapshotNode(vs *snapshotv1.VolumeSnapshot) *Node {
-	source := "content " + orNone(ptrValue(vs.Spec.Source.VolumeSnapshotContentName))
+	source := "content " + orNone(ptr.Deref(vs.Spec.Source.VolumeSnapshotContentName, ""))
 	if vs.Spec.Source.PersistentVolumeClaimName != nil {
 		source = "claim " + *vs.Spec.Source.PersistentVolumeClaimName
 	}
-	n := newNode("VolumeSnapshot", vs, snapshotPhase(vs), "source "+source+", class "+orNone(ptrValue(vs.Spec.VolumeSnapshotClassName)))
+	n := newNode("VolumeSnapshot", vs, phaseOf(vs), "source "+source+", class "+orNone(ptr.Deref(vs.Spec.VolumeSnapshotClassName, "")))
 	if vs.Status != nil && vs.Status.Error != nil {
 		n.Details = append(n.Details, "status.error: "+errorMessage(vs.Status.Error))
 	}
@@ -182,7 +182,7 @@ func snapshotNode(vs *snapshotv1.VolumeSnapshot) *Node {
 
 func contentNode(c *snapshotv1.VolumeSnapshotContent) *Node {
 	ref := c.Spec.VolumeSnapshotRef
-	n := newNode("VolumeSnapshotContent", c, contentPhase(c), "driver "+c.Spec.Driver+", deletionPolicy "+string(c.Spec.DeletionPolicy),
+	n := newNode("VolumeSnapshotContent", c, phaseOf(c), "driver "+c.Spec.Driver+", deletionPolicy "+string(c.Spec.DeletionPolicy),
 		fmt.Sprintf("snapshot %s/%s (uid %s)", ref.Namespace, ref.Name, orNone(string(ref.UID))))
 	if c.Status != nil && c.Status.Error != nil {
 		n.Details = append(n.Details, "status.error: "+errorMessage(c.Status.Error))
@@ -243,7 +243,7 @@ func (st leaseStates) set(n *Node, h holder) {
 }
 
 func (g *groupChain) tree() *Node {
-	root := newNode("VolumeGroupSnapshot", g.vgs, groupPhase(g.vgs), "class "+orNone(g.className))
+	root := newNode("VolumeGroupSnapshot", g.vgs, phaseOf(g.vgs), "class "+orNone(g.className))
 	if g.vgs.Status != nil && g.vgs.Status.Error != nil {
 		root.Details = append(root.Details, "status.error: "+errorMessage(g.vgs.Status.Error))
 	}
@@ -252,7 +252,7 @@ func (g *groupChain) tree() *Node {
 	}
 	parent := root
 	if g.content != nil {
-		parent = newNode("VolumeGroupSnapshotContent", g.content, groupContentPhase(g.content), "driver "+g.content.Spec.Driver+", deletionPolicy "+string(g.content.Spec.DeletionPolicy))
+		parent = newNode("VolumeGroupSnapshotContent", g.content, phaseOf(g.content), "driver "+g.content.Spec.Driver+", deletionPolicy "+string(g.content.Spec.DeletionPolicy))
 		if st := g.content.Status; st != nil && st.Error != nil {
 			parent.Details = append(parent.Details, "status.error: "+errorMessage(st.Error))
 		}
@@ -324,13 +324,6 @@ func handleState(handle string) string {
 	return "Exists"
 }
 
-func ptrValue(s *string) string {
-	if s == nil {
-		return ""
-	}
-	return *s
-}
-
 // Phases of the objects, as describe and stuck show them.
 const (
 	PhaseReady    = "Ready"
@@ -339,37 +332,13 @@ const (
 	PhaseDeleting = "Deleting"
 )
 
-func snapshotPhase(vs *snapshotv1.VolumeSnapshot) string {
-	var err *snapshotv1.VolumeSnapshotError
-	if vs.Status != nil {
-		err = vs.Status.Error
-	}
-	return phase(vs.DeletionTimestamp, snapshotReady(vs), err)
-}
-
-func contentPhase(c *snapshotv1.VolumeSnapshotContent) string {
-	var err *snapshotv1.VolumeSnapshotError
-	if c.Status != nil {
-		err = c.Status.Error
-	}
-	return phase(c.DeletionTimestamp, contentReady(c), err)
-}
-
-func groupPhase(g *groupv1.VolumeGroupSnapshot) string {
-	var err *snapshotv1.VolumeSnapshotError
-	ready := false
-	if g.Status != nil {
-		err, ready = g.Status.Error, g.Status.ReadyToUse != nil && *g.Status.ReadyToUse
-	}
-	return phase(g.DeletionTimestamp, ready, err)
-}
-
-func groupContentPhase(c *groupv1.VolumeGroupSnapshotContent) string {
-	var err *snapshotv1.VolumeSnapshotError
-	if c.Status != nil {
-		err = c.Status.Error
-	}
-	return phase(c.DeletionTimestamp, groupContentReady(c), err)
+// phaseOf is the phase of a snapshot, a group snapshot or one of their contents.
+func phaseOf[T interface {
+	protocol.Reporting
+	GetDeletionTimestamp() *metav1.Time
+}](obj T) string {
+	ready, err := protocol.Report(obj)
+	return phase(obj.GetDeletionTimestamp(), ready, err)
 }
 
 func phase(deleted *metav1.Time, ready bool, err *snapshotv1.VolumeSnapshotError) string {

@@ -45,9 +45,11 @@ func TestSnapshotsCountAgainstCapacity(t *testing.T) {
 // TestSmallImageVolumesCountTheirImage: a filesystem volume under 16 MiB
 // gets an image of 16 MiB, and that is what it takes of --capacity (what
 // GetCapacity reports free and what CreateVolume checks); a snapshot of it
-// takes what its data takes when that is more than the volume's size.
+// takes what its data takes when that is more than the volume's size. (With
+// the snapshot-metadata service on, a snapshot takes its image copy's size
+// too: TestImageSnapshotCapacity.)
 func TestSmallImageVolumesCountTheirImage(t *testing.T) {
-	e := newImageEnv(t, func(o *Options) { o.Capacity = 40 * mib })
+	e := newImageEnv(t, func(o *Options) { o.Capacity, o.EnableSnapshotMetadata = 40*mib, false })
 	free := func() int64 {
 		resp, err := e.ctrl.GetCapacity(context.Background(), &csi.GetCapacityRequest{})
 		mustDo(t, err)

@@ -227,7 +227,7 @@ func New(ctx context.Context, opts Options) (*Driver, error) {
 			return nil, fmt.Errorf("--volume-backing=%s cannot work here: %w", BackingImage, err)
 		}
 	}
-	for _, dir := range []string{volumesDir(opts.DataDir), snapshotsDir(opts.DataDir), imagesDir(opts.DataDir)} {
+	for _, dir := range dataDirs(opts.DataDir) {
 		if err := os.MkdirAll(dir, 0o750); err != nil {
 			return nil, fmt.Errorf("create data dir: %w", err)
 		}
@@ -260,6 +260,7 @@ func (d *Driver) open(ctx context.Context) error {
 		return err
 	}
 	d.mountImages(klog.FromContext(ctx))
+	d.thawImages(klog.FromContext(ctx))
 	return nil
 }
 
@@ -359,7 +360,12 @@ func quarantinePrunePeriod(maxAge time.Duration) time.Duration {
 	return min(max(maxAge/10, time.Minute), time.Hour)
 }
 
-func volumesDir(dataDir string) string   { return filepath.Join(dataDir, "volumes") }
+func volumesDir(dataDir string) string { return filepath.Join(dataDir, "volumes") }
+
+// dataDirs are the folders of volume and snapshot data in the data folder.
+func dataDirs(dataDir string) []string {
+	return []string{volumesDir(dataDir), snapshotsDir(dataDir), imagesDir(dataDir), snapshotImagesDir(dataDir)}
+}
 func snapshotsDir(dataDir string) string { return filepath.Join(dataDir, "snapshots") }
 
 // volumePath is where a volume's data lives. id must have passed checkID.
@@ -409,7 +415,11 @@ func (d *Driver) recover(ctx context.Context) error {
 		}
 	}
 	for _, s := range d.snapshots.List() {
-		if problem := d.checkSnapshotData(s); groupless[s.ID] || problem != "" {
+		problem := d.checkSnapshotData(s)
+		if problem == "" {
+			problem = d.checkSnapshotImage(s)
+		}
+		if groupless[s.ID] || problem != "" {
 			logger.Info("Removing incomplete snapshot", "snapshotID", s.ID, "problem", problem, "groupless", groupless[s.ID])
 			if err := d.snapshots.Delete(s.ID); err != nil {
 				return err
@@ -430,6 +440,9 @@ func (d *Driver) recover(ctx context.Context) error {
 	if err := d.unmountStrays(logger); err != nil {
 		return err
 	}
+	if err := d.unmountSnapshotImageStrays(logger); err != nil {
+		return err
+	}
 	if err := d.reconcileBlockLoops(); err != nil {
 		return err
 	}
@@ -437,6 +450,9 @@ func (d *Driver) recover(ctx context.Context) error {
 		return err
 	}
 	if err := d.quarantineOrphans(logger, imagesDir(d.opts.DataDir), kindVolume, d.hasImage); err != nil {
+		return err
+	}
+	if err := d.quarantineOrphans(logger, snapshotImagesDir(d.opts.DataDir), kindSnapshotImage, d.hasSnapshotImage); err != nil {
 		return err
 	}
 	return d.quarantineOrphans(logger, volumesDir(d.opts.DataDir), kindVolume, func(id string) bool {
@@ -548,7 +564,7 @@ func (d *Driver) usedLocked(except string) int64 {
 		}
 	}
 	for _, s := range d.snapshots.List() {
-		if _, ok := d.reserved[snapshotKey(s.ID)]; !ok && !s.Empty {
+		if _, ok := d.reserved[snapshotKey(s.ID)]; !ok {
 			used += snapshotBytes(s)
 		}
 	}
@@ -569,12 +585,17 @@ func storedBytes(v state.Volume) int64 {
 
 // snapshotBytes is how much of the capacity snapshot s takes: its volume's
 // size, or its data's when more (a small image volume's image holds more
-// than the volume's size).
+// than the volume's size), and the size of its image copy; an empty
+// snapshot's data is a record only.
 func snapshotBytes(s state.Snapshot) int64 {
-	if s.Manifest != nil {
-		return max(s.SizeBytes, s.Manifest.Bytes)
+	data := s.SizeBytes
+	switch {
+	case s.Empty:
+		data = 0
+	case s.Manifest != nil:
+		data = max(s.SizeBytes, s.Manifest.Bytes)
 	}
-	return s.SizeBytes
+	return data + s.ImageBytes
 }
 
 // topology is the node's topology segment, or nil without topology.

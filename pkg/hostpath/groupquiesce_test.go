@@ -24,6 +24,7 @@ import (
 
 	"github.com/shutter-csi/shutter/pkg/hostpath/fscopy"
 	"github.com/shutter-csi/shutter/pkg/hostpath/quiesce"
+	"github.com/shutter-csi/shutter/test/testenv"
 )
 
 var quiesceOff = flag.Bool("quiesce-off", false,
@@ -126,7 +127,7 @@ func testGroupSnapshotWhileWriting(t *testing.T, cgroupRoot, pod string, forking
 	pubB := publishAt(t, e, b, blockCap(), filepath.Join(kubelet, "plugins", "kubernetes.io", "csi", "volumeDevices", "publish", "pv-b", testPodUID))
 	startWriter(t, pod, forking, pubA, pubB)
 	readA := func() uint64 { return readCounter(t, filepath.Join(e.d.volumePath(a), "counter")) }
-	waitFor(t, "the writer to start", func() bool { return readA() > 0 })
+	testenv.WaitUntil(t, "the writer starts", 10*time.Second, func(context.Context) bool { return readA() > 0 })
 
 	torn := 0
 	for i := range snaps {
@@ -170,7 +171,7 @@ func testGroupSnapshotWhileWriting(t *testing.T, cgroupRoot, pod string, forking
 	}
 	// Every freeze was undone: the writer runs on.
 	last := readA()
-	waitFor(t, "the writer to run again", func() bool { return readA() > last })
+	testenv.WaitUntil(t, "the writer runs again", 10*time.Second, func(context.Context) bool { return readA() > last })
 	if isFrozen(pod) {
 		t.Error("the pod's cgroup is still frozen")
 	}
@@ -359,16 +360,6 @@ func readCounter(t *testing.T, path string) uint64 {
 		t.Fatalf("counter %s: %v", path, err)
 	}
 	return n
-}
-
-func waitFor(t *testing.T, what string, ok func() bool) {
-	t.Helper()
-	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(5 * time.Millisecond) {
-		if ok() {
-			return
-		}
-	}
-	t.Fatalf("timed out waiting for %s", what)
 }
 
 func TestQuiesceIsOptInWithShortTimeout(t *testing.T) {

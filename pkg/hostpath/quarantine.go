@@ -55,9 +55,12 @@ const quarantineDirName = "quarantine"
 
 // Kinds of quarantined data: metric label values and folder names.
 const (
-	kindVolume    = "volume"
-	kindSnapshot  = "snapshot"
-	kindRecordLog = "record-log"
+	kindVolume   = "volume"
+	kindSnapshot = "snapshot"
+	// kindSnapshotImage is a snapshot's copy of its volume's image
+	// (snapimage.go).
+	kindSnapshotImage = "snapshot-image"
+	kindRecordLog     = "record-log"
 )
 
 // quarantine moves data into this start's quarantine folder.
@@ -85,6 +88,8 @@ func folderOf(kind string) string {
 		return "volumes"
 	case kindSnapshot:
 		return "snapshots"
+	case kindSnapshotImage:
+		return snapshotImagesDirName
 	}
 	return "state"
 }
@@ -186,7 +191,7 @@ func lastMove(dir string) (time.Time, error) {
 		return time.Time{}, fmt.Errorf("inspect quarantine: %w", err)
 	}
 	last := fi.ModTime()
-	for _, kind := range []string{kindVolume, kindSnapshot, kindRecordLog} {
+	for _, kind := range []string{kindVolume, kindSnapshot, kindSnapshotImage, kindRecordLog} {
 		if sub, err := os.Lstat(filepath.Join(dir, folderOf(kind))); err == nil && sub.ModTime().After(last) {
 			last = sub.ModTime()
 		}
@@ -259,7 +264,7 @@ func (d *Driver) cleanupHalt(ctx context.Context) (string, error) {
 	if !r.Created {
 		return "", nil
 	}
-	for _, dir := range []string{volumesDir(d.opts.DataDir), snapshotsDir(d.opts.DataDir), imagesDir(d.opts.DataDir)} {
+	for _, dir := range dataDirs(d.opts.DataDir) {
 		entries, err := os.ReadDir(dir)
 		if err != nil {
 			return "", fmt.Errorf("read data dir: %w", err)
@@ -316,8 +321,11 @@ func (d *Driver) moveIntoPlace(tmp, final string) error {
 // volume or snapshot goes to quarantine.
 func (d *Driver) quarantineInTheWay(path string) error {
 	kind := kindVolume
-	if filepath.Dir(path) == snapshotsDir(d.opts.DataDir) {
+	switch filepath.Dir(path) {
+	case snapshotsDir(d.opts.DataDir):
 		kind = kindSnapshot
+	case snapshotImagesDir(d.opts.DataDir):
+		kind = kindSnapshotImage
 	}
 	_, err := d.quarantine.move(kind, path, filepath.Base(path))
 	return err

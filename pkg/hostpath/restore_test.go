@@ -14,9 +14,9 @@ import (
 
 	"github.com/container-storage-interface/spec/lib/go/csi"
 	"google.golang.org/grpc/codes"
-	"k8s.io/apimachinery/pkg/util/wait"
 
 	"github.com/shutter-csi/shutter/pkg/hostpath/state"
+	"github.com/shutter-csi/shutter/test/testenv"
 )
 
 // restoreEnv starts a driver with fsync and background restore sync on and
@@ -46,12 +46,9 @@ func hasMarker(t *testing.T, dataDir, volID string) bool {
 // flushed the restored volume volID and dropped its marker.
 func waitMarkerGone(t *testing.T, dataDir, volID string) {
 	t.Helper()
-	err := wait.PollUntilContextTimeout(context.Background(), 20*time.Millisecond, time.Minute, true, func(context.Context) (bool, error) {
-		return !hasMarker(t, dataDir, volID), nil
+	testenv.WaitUntil(t, "the driver flushes the restored volume", time.Minute, func(context.Context) bool {
+		return !hasMarker(t, dataDir, volID)
 	})
-	if err != nil {
-		t.Fatalf("the driver never flushed the restored volume: %v", err)
-	}
 }
 
 // liveIDs returns the IDs of table's records in the record log below

@@ -17,6 +17,8 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	"k8s.io/klog/v2"
+
+	"github.com/shutter-csi/shutter/test/testenv"
 )
 
 func TestLogUnaryStripsSecrets(t *testing.T) {
@@ -107,7 +109,7 @@ func TestRunSharesSocketWithGroup(t *testing.T) {
 			t.Error(err)
 		}
 	}()
-	waitFor(t, "a socket of group 65532 with mode 0660", func() bool {
+	testenv.WaitUntil(t, "a socket of group 65532 with mode 0660", 10*time.Second, func(context.Context) bool {
 		var st unix.Stat_t
 		return unix.Stat(sock, &st) == nil && st.Mode&unix.S_IFMT == unix.S_IFSOCK && st.Gid == 65532 && st.Mode&0o777 == 0o660
 	})

@@ -27,128 +27,165 @@ const (
 )
 
 // snapshotMetadataServer implements the CSI SnapshotMetadata service for
-// snapshots of block volumes: allocated ranges come from the snapshot file's
-// data extents (SEEK_DATA/SEEK_HOLE); deltas compare two snapshot files
-// block by block where either of them has data. An empty snapshot has no
-// file and reads as holes only: nothing is allocated.
+// snapshots of block volumes and, with their image copies (snapimage.go),
+// of image volumes: allocated ranges come from the data extents of the
+// snapshot's block image (SEEK_DATA/SEEK_HOLE); deltas compare two images
+// block by block where either of them has data. An empty block snapshot has
+// no file and reads as holes only: nothing is allocated.
+//
+// A call holds the snapshots' locks, shared, only while it looks them up
+// and opens their images; it streams from the open files. A client that
+// stops reading therefore holds nothing that other calls need: the
+// snapshots can be read by others and deleted meanwhile (what is open stays
+// readable), and the stream ends with the call's context.
 type snapshotMetadataServer struct {
 	csi.UnimplementedSnapshotMetadataServer
 	d *Driver
 }
 
-// GetMetadataAllocated streams the allocated ranges of a block snapshot.
+// GetMetadataAllocated streams the allocated ranges of a snapshot.
 func (s *snapshotMetadataServer) GetMetadataAllocated(req *csi.GetMetadataAllocatedRequest, stream csi.SnapshotMetadata_GetMetadataAllocatedServer) error {
-	snap, err := s.d.blockSnapshot("snapshot_id", req.GetSnapshotId())
-	if err != nil {
-		return err
-	}
-	if err := checkOffset(req.GetStartingOffset(), snap.SizeBytes); err != nil {
-		return err
-	}
 	if err := checkMaxResults(req.GetMaxResults()); err != nil {
 		return err
 	}
-	release, err := s.d.locks.acquire(snapshotKey(snap.ID))
+	imgs, err := s.d.openBlockImages(blockImageRef{"snapshot_id", req.GetSnapshotId()})
 	if err != nil {
 		return err
 	}
-	defer release()
-	f, err := s.d.openSnapshotData(snap)
-	if err != nil {
-		return status.Errorf(codes.Internal, "open snapshot: %v", err)
+	defer closeBlockImages(imgs)
+	img := imgs[0]
+	if err := checkOffset(req.GetStartingOffset(), img.size); err != nil {
+		return err
 	}
-	if f == nil {
+	if img.f == nil {
 		return nil
 	}
-	defer f.Close()
 	out := s.sender(req.GetMaxResults(), func(typ csi.BlockMetadataType, blocks []*csi.BlockMetadata) error {
-		return stream.Send(&csi.GetMetadataAllocatedResponse{BlockMetadataType: typ, VolumeCapacityBytes: snap.SizeBytes, BlockMetadata: blocks})
+		return stream.Send(&csi.GetMetadataAllocatedResponse{BlockMetadataType: typ, VolumeCapacityBytes: img.size, BlockMetadata: blocks})
 	})
-	err = fscopy.ForEachExtent(f, req.GetStartingOffset(), snap.SizeBytes, func(start, end int64) error {
+	err = fscopy.ForEachExtent(img.f, req.GetStartingOffset(), img.size, func(start, end int64) error {
 		return out.add(max(start, req.GetStartingOffset()), end)
 	})
-	if err != nil {
-		return status.Errorf(codes.Internal, "read extents: %v", err)
+	if err == nil {
+		err = out.flush()
 	}
-	return out.flush()
+	return streamErr("read extents", err)
 }
 
-// GetMetadataDelta streams the ranges that differ between two block
-// snapshots of the same volume.
+// GetMetadataDelta streams the ranges that differ between two snapshots of
+// the same volume.
 func (s *snapshotMetadataServer) GetMetadataDelta(req *csi.GetMetadataDeltaRequest, stream csi.SnapshotMetadata_GetMetadataDeltaServer) error {
-	base, err := s.d.blockSnapshot("base_snapshot_id", req.GetBaseSnapshotId())
-	if err != nil {
-		return err
-	}
-	target, err := s.d.blockSnapshot("target_snapshot_id", req.GetTargetSnapshotId())
-	if err != nil {
-		return err
-	}
-	if base.SourceVolumeID != target.SourceVolumeID {
-		return status.Error(codes.InvalidArgument, "base and target snapshots are of different volumes")
-	}
-	if err := checkOffset(req.GetStartingOffset(), target.SizeBytes); err != nil {
-		return err
-	}
 	if err := checkMaxResults(req.GetMaxResults()); err != nil {
 		return err
 	}
-	release, err := s.d.locks.acquire(snapshotKey(base.ID), snapshotKey(target.ID))
+	imgs, err := s.d.openBlockImages(blockImageRef{"base_snapshot_id", req.GetBaseSnapshotId()},
+		blockImageRef{"target_snapshot_id", req.GetTargetSnapshotId()})
 	if err != nil {
 		return err
+	}
+	defer closeBlockImages(imgs)
+	base, target := imgs[0], imgs[1]
+	if base.snap.SourceVolumeID != target.snap.SourceVolumeID {
+		return status.Error(codes.InvalidArgument, "base and target snapshots are of different volumes")
+	}
+	if err := checkOffset(req.GetStartingOffset(), target.size); err != nil {
+		return err
+	}
+	out := s.sender(req.GetMaxResults(), func(typ csi.BlockMetadataType, blocks []*csi.BlockMetadata) error {
+		return stream.Send(&csi.GetMetadataDeltaResponse{BlockMetadataType: typ, VolumeCapacityBytes: target.size, BlockMetadata: blocks})
+	})
+	err = diffFiles(base.f, target.f, req.GetStartingOffset(), target.size, out.add)
+	if err == nil {
+		err = out.flush()
+	}
+	return streamErr("compare snapshots", err)
+}
+
+// streamErr returns err as it is when it is a gRPC status (a failed send
+// carries the stream's), else as Internal.
+func streamErr(what string, err error) error {
+	if err == nil {
+		return nil
+	}
+	if _, ok := status.FromError(err); ok {
+		return err
+	}
+	return status.Errorf(codes.Internal, "%s: %v", what, err)
+}
+
+// blockImageRef names a snapshot of a request: the field and the ID.
+type blockImageRef struct{ field, id string }
+
+// blockImage is what a snapshot's block metadata is read from: its block
+// image, open (nil for an empty block snapshot, which has no file and is
+// all holes), and the size of the block device that image stands for.
+type blockImage struct {
+	snap state.Snapshot
+	f    *os.File
+	size int64
+}
+
+// openBlockImages looks up the snapshots of refs and opens their block
+// images: a block snapshot's file, an image volume snapshot's image copy.
+// It holds the snapshots' locks, shared, only meanwhile. A snapshot of
+// another kind is InvalidArgument.
+func (d *Driver) openBlockImages(refs ...blockImageRef) ([]blockImage, error) {
+	keys := make([]string, 0, len(refs))
+	for _, r := range refs {
+		if err := checkID(r.field, r.id); err != nil {
+			return nil, err
+		}
+		keys = append(keys, snapshotKey(r.id))
+	}
+	release, err := d.locks.acquireShared(keys)
+	if err != nil {
+		return nil, err
 	}
 	defer release()
-	out := s.sender(req.GetMaxResults(), func(typ csi.BlockMetadataType, blocks []*csi.BlockMetadata) error {
-		return stream.Send(&csi.GetMetadataDeltaResponse{BlockMetadataType: typ, VolumeCapacityBytes: target.SizeBytes, BlockMetadata: blocks})
-	})
-	if err := s.d.diffSnapshots(base, target, req.GetStartingOffset(), out.add); err != nil {
-		if _, ok := status.FromError(err); ok {
-			return err
+	imgs := make([]blockImage, 0, len(refs))
+	for _, r := range refs {
+		img, err := d.openBlockImage(r.field, r.id)
+		if err != nil {
+			closeBlockImages(imgs)
+			return nil, err
 		}
-		return status.Errorf(codes.Internal, "compare snapshots: %v", err)
+		imgs = append(imgs, img)
 	}
-	return out.flush()
+	return imgs, nil
 }
 
-// openSnapshotData opens the file of a block snapshot, or returns nil for
-// an empty snapshot, which has none.
-func (d *Driver) openSnapshotData(snap state.Snapshot) (*os.File, error) {
-	if snap.Empty {
-		return nil, nil
-	}
-	return os.Open(d.snapshotPath(snap.ID))
-}
-
-// diffSnapshots calls changed for every range in [from, target's size)
-// where two block snapshots differ.
-func (d *Driver) diffSnapshots(base, target state.Snapshot, from int64, changed func(start, end int64) error) error {
-	b, err := d.openSnapshotData(base)
-	if err != nil {
-		return err
-	}
-	if b != nil {
-		defer b.Close()
-	}
-	t, err := d.openSnapshotData(target)
-	if err != nil {
-		return err
-	}
-	if t != nil {
-		defer t.Close()
-	}
-	return diffFiles(b, t, from, target.SizeBytes, changed)
-}
-
-// blockSnapshot looks up a snapshot and requires it to be of a block volume.
-func (d *Driver) blockSnapshot(field, id string) (state.Snapshot, error) {
+// openBlockImage opens the block image of one snapshot; the caller holds
+// its lock.
+func (d *Driver) openBlockImage(field, id string) (blockImage, error) {
 	snap, err := d.lookupSnapshot(field, id)
 	if err != nil {
-		return snap, err
+		return blockImage{}, err
 	}
-	if snap.AccessType != state.AccessBlock {
-		return snap, status.Errorf(codes.InvalidArgument, "%s %s is not a snapshot of a block volume", field, id)
+	img := blockImage{snap: snap, size: snap.SizeBytes}
+	var path string
+	switch {
+	case snap.AccessType == state.AccessBlock && snap.Empty:
+		return img, nil
+	case snap.AccessType == state.AccessBlock:
+		path = d.snapshotPath(id)
+	case snap.ImageBytes > 0:
+		path, img.size = d.snapshotImagePath(id), snap.ImageBytes
+	default:
+		return img, status.Errorf(codes.InvalidArgument,
+			"%s %s is not a snapshot of a block volume, nor of an image volume taken with the snapshot-metadata service on", field, id)
 	}
-	return snap, nil
+	if img.f, err = os.Open(path); err != nil {
+		return img, status.Errorf(codes.Internal, "open snapshot %s: %v", id, err)
+	}
+	return img, nil
+}
+
+func closeBlockImages(imgs []blockImage) {
+	for _, img := range imgs {
+		if img.f != nil {
+			_ = img.f.Close()
+		}
+	}
 }
 
 func checkOffset(offset, size int64) error {

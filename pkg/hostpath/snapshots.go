@@ -67,8 +67,9 @@ func (s *controllerServer) CreateSnapshot(ctx context.Context, req *csi.CreateSn
 
 // takeSnapshot records a snapshot of the source volume: a record only when
 // the volume holds no data (recordEmptySnapshot), otherwise a copy of its
-// data and a record (copySnapshot). The caller holds the snapshot's lock and
-// a shared lock of the volume.
+// data and a record (copySnapshot); an image volume's snapshot may keep a
+// copy of its image too (takeImageSnapshot). The caller holds the
+// snapshot's lock and a shared lock of the volume.
 func (d *Driver) takeSnapshot(ctx context.Context, snap state.Snapshot) error {
 	reserved := snap.SizeBytes
 	if v, ok := d.volumes.Get(snap.SourceVolumeID); ok {
@@ -76,11 +77,21 @@ func (d *Driver) takeSnapshot(ctx context.Context, snap state.Snapshot) error {
 		if err := d.volumeDataReady(v); err != nil {
 			return err
 		}
+		if d.keepsSnapshotImage(v) {
+			return d.takeImageSnapshot(ctx, snap, v)
+		}
 		if err := d.syncBlockDevices(v); err != nil {
 			return err
 		}
 	}
-	empty, info, err := holdsNoData(d.volumePath(snap.SourceVolumeID), snap.SizeBytes)
+	return d.recordSnapshotOf(ctx, snap, d.volumePath(snap.SourceVolumeID), reserved)
+}
+
+// recordSnapshotOf records snap with the volume data at src: a record only
+// when it holds no data, otherwise a copy of it, for which reserved bytes
+// of the capacity are reserved meanwhile (none: the caller reserved them).
+func (d *Driver) recordSnapshotOf(ctx context.Context, snap state.Snapshot, src string, reserved int64) error {
+	empty, info, err := holdsNoData(src, snap.SizeBytes)
 	if err != nil {
 		return status.Errorf(codes.Internal, "inspect source volume: %v", err)
 	}
@@ -92,13 +103,15 @@ func (d *Driver) takeSnapshot(ctx context.Context, snap state.Snapshot) error {
 		snap.Empty, snap.Mode, snap.UID, snap.GID = true, info.Mode()&modeBits, st.Uid, st.Gid
 		return d.recordEmptySnapshot(snap)
 	}
-	// A copy counts against the capacity like a volume of its size.
-	release, err := d.reserve(snapshotKey(snap.ID), reserved, "")
-	if err != nil {
-		return err
+	if reserved > 0 {
+		// A copy counts against the capacity like a volume of its size.
+		release, err := d.reserve(snapshotKey(snap.ID), reserved, "")
+		if err != nil {
+			return err
+		}
+		defer release()
 	}
-	defer release()
-	return d.copySnapshot(ctx, snap)
+	return d.copySnapshot(ctx, snap, src)
 }
 
 // modeBits are the bits chmod sets, which an empty snapshot keeps.
@@ -153,7 +166,7 @@ func (d *Driver) recordEmptySnapshot(snap state.Snapshot) error {
 	return nil
 }
 
-// copySnapshot copies the source volume's data to the snapshot's data path
+// copySnapshot copies the volume data at src to the snapshot's data path
 // and records the snapshot.
 //
 // The copy is built under a temporary name, its files flushed, and renamed
@@ -166,10 +179,9 @@ func (d *Driver) recordEmptySnapshot(snap state.Snapshot) error {
 // not match its manifest and drops it, and quarantines data without a
 // record.
 // The snapshot is reported only after the flushes.
-func (d *Driver) copySnapshot(ctx context.Context, snap state.Snapshot) error {
+func (d *Driver) copySnapshot(ctx context.Context, snap state.Snapshot, src string) error {
 	final := d.snapshotPath(snap.ID)
 	tmp := tempPath(final)
-	src := d.volumePath(snap.SourceVolumeID)
 	made, err := d.copier.CopyPath(tmp, src)
 	if errors.Is(err, fs.ErrExist) {
 		// Left by an attempt whose cleanup failed; Recover removes it too.
@@ -251,12 +263,16 @@ func (s *controllerServer) DeleteSnapshot(ctx context.Context, req *csi.DeleteSn
 	return &csi.DeleteSnapshotResponse{}, nil
 }
 
-// deleteSnapshot removes a snapshot's record, then its data.
+// deleteSnapshot removes a snapshot's record, then its data and its image
+// copy.
 func (d *Driver) deleteSnapshot(id string) error {
 	if err := d.snapshots.Delete(id); err != nil {
 		return storeErr("delete snapshot record", err)
 	}
-	return removeData(d.snapshotPath(id))
+	if err := removeData(d.snapshotPath(id)); err != nil {
+		return err
+	}
+	return removeData(d.snapshotImagePath(id))
 }
 
 // ListSnapshots pages through snapshots in ID order, filtered by snapshot ID

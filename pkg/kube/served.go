@@ -33,6 +33,10 @@ func MissingResources(d Discovery, groupVersion string, want []string) ([]string
 	return missing, nil
 }
 
+// GroupCRDPoll is how often the controller and the sidecar look for the group snapshot CRDs when
+// they were missing at start.
+const GroupCRDPoll = 30 * time.Second
+
 // Poll says how WaitServed looks again.
 type Poll struct {
 	// Interval is the first wait; Factor, when above 1, multiplies it after each look.

@@ -76,6 +76,9 @@ const (
 	ReconcileRequeueAfter = "requeue_after" // waiting for something else, not a failure
 	ReconcileError        = "error"
 	ReconcileFinal        = "final" // reported to the user; not retried until the object changes
+	// Syncs that panicked (controller-runtime's reconcile_panics_total), by queue; each is also
+	// counted as an error in reconcile_total.
+	ReconcilePanicsTotal = "reconcile_panics_total"
 )
 
 // Writes to the API server, counted by kind, what was written (create, metadata, status,
@@ -161,12 +164,19 @@ var Reconciles = prometheus.NewCounterVec(prometheus.CounterOpts{
 	Help: "Syncs of a queue's keys by outcome: success, requeue (conflict), requeue_after, error, final.",
 }, []string{LabelQueue, LabelResult})
 
+// ReconcilePanics counts the syncs of each queue that panicked; pkg/controller's queues recover
+// them, log them with their stack and count them here.
+var ReconcilePanics = prometheus.NewCounterVec(prometheus.CounterOpts{
+	Namespace: Namespace, Name: ReconcilePanicsTotal,
+	Help: "Syncs of a queue's keys that panicked (recovered, logged with the stack and retried).",
+}, []string{LabelQueue})
+
 var registerOnce sync.Once
 
 // RegisterWorkqueue makes every workqueue created afterwards report depth, adds, latency, work
 // duration, unfinished work and retries, labelled with the queue's name, to reg, twice: as
 // shutter_workqueue_* and under client-go's plain workqueue_* names (as the upstream images serve
-// them); and registers Reconciles with it.
+// them); and registers Reconciles and ReconcilePanics with it.
 func RegisterWorkqueue(reg prometheus.Registerer) {
 	registerOnce.Do(func() {
 		p := provider{newQueueVecs(Namespace, prometheus.ExponentialBuckets(0.001, 4, 10)),
@@ -174,7 +184,7 @@ func RegisterWorkqueue(reg prometheus.Registerer) {
 		for _, v := range p {
 			reg.MustRegister(v.depth, v.adds, v.latency, v.work, v.unfinished, v.longest, v.retries)
 		}
-		reg.MustRegister(Reconciles)
+		reg.MustRegister(Reconciles, ReconcilePanics)
 		workqueue.SetProvider(p)
 	})
 }

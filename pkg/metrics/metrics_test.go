@@ -7,7 +7,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 )
 
-// TestReconcilesRegistered: the queues' outcome counter is served with the workqueue metrics.
+// TestReconcilesRegistered: the queues' outcome and panic counters are served with the
+// workqueue metrics.
 func TestReconcilesRegistered(t *testing.T) {
 	reg := prometheus.NewPedanticRegistry()
 	RegisterWorkqueue(reg)
@@ -15,5 +16,9 @@ func TestReconcilesRegistered(t *testing.T) {
 	n, err := testutil.GatherAndCount(reg, "shutter_reconcile_total")
 	if err != nil || n != 1 {
 		t.Fatalf("shutter_reconcile_total series: %d, %v", n, err)
+	}
+	ReconcilePanics.WithLabelValues("metrics-test").Inc()
+	if n, err := testutil.GatherAndCount(reg, "shutter_reconcile_panics_total"); err != nil || n != 1 {
+		t.Fatalf("shutter_reconcile_panics_total series: %d, %v", n, err)
 	}
 }

@@ -20,14 +20,17 @@ const (
 )
 
 // SidecarLeaseNames returns the names of the Leases that the csi-snapshotter sidecars of driver
-// hold: first Shutter's, then the reference sidecar's. Both are derived from the driver's name.
+// hold: first the one Shutter's sidecar and the reference sidecar share, then the one Shutter's
+// sidecars held before v0.2 (LegacySidecarLeaseName). Both are derived from the driver's name.
 func SidecarLeaseNames(driver string) []string {
-	return []string{ShutterSidecarLeaseName(driver), referenceSidecarLeaseName(driver)}
+	return []string{SidecarLeaseName(driver), LegacySidecarLeaseName(driver)}
 }
 
-// ShutterSidecarLeaseName is the Lease of Shutter's sidecars of driver: the driver's name in
-// lower case, every character a Lease name cannot hold replaced by a dash.
-func ShutterSidecarLeaseName(driver string) string {
+// LegacySidecarLeaseName is the Lease Shutter's sidecars of driver held before they took the
+// reference sidecar's name: the driver's name in lower case, every character a Lease name cannot
+// hold replaced by a dash. A sidecar that leads waits until a Lease of this name has lapsed, so
+// an older replica still running during a rolling update never works beside it.
+func LegacySidecarLeaseName(driver string) string {
 	name := strings.Map(func(r rune) rune {
 		switch {
 		case r >= 'a' && r <= 'z', r >= '0' && r <= '9', r == '-', r == '.':
@@ -40,9 +43,12 @@ func ShutterSidecarLeaseName(driver string) string {
 	return shutterSidecarLeasePrefix + strings.Trim(name, "-.")
 }
 
-// referenceSidecarLeaseName is the reference sidecar's Lease: every character other than a
-// letter, digit or dash becomes a dash, and a trailing dash is followed by an "X".
-func referenceSidecarLeaseName(driver string) string {
+// SidecarLeaseName is the leader election Lease of the csi-snapshotter sidecars of driver,
+// Shutter's and the reference implementation's alike, so that replacing one image with the other
+// in a running Deployment never lets two leaders work at once: every character of
+// "external-snapshotter-leader-<driver>" other than a letter, digit or dash becomes a dash, and a
+// trailing dash is followed by an "X".
+func SidecarLeaseName(driver string) string {
 	name := strings.Map(func(r rune) rune {
 		if r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || r == '-' {
 			return r

@@ -14,11 +14,11 @@ func TestSidecarLeaseNames(t *testing.T) {
 		driver string
 		want   []string
 	}{
-		{"hostpath.csi.shutter.io", []string{"shutter-snapshotter-hostpath.csi.shutter.io", "external-snapshotter-leader-hostpath-csi-shutter-io"}},
+		{"hostpath.csi.shutter.io", []string{"external-snapshotter-leader-hostpath-csi-shutter-io", "shutter-snapshotter-hostpath.csi.shutter.io"}},
 		// A name seen in the wild: openshift-storage.rbd.csi.ceph.com.
-		{"openshift-storage.rbd.csi.ceph.com", []string{"shutter-snapshotter-openshift-storage.rbd.csi.ceph.com",
-			"external-snapshotter-leader-openshift-storage-rbd-csi-ceph-com"}},
-		{"Odd/Driver.", []string{"shutter-snapshotter-odd-driver", "external-snapshotter-leader-Odd-Driver-X"}},
+		{"openshift-storage.rbd.csi.ceph.com", []string{"external-snapshotter-leader-openshift-storage-rbd-csi-ceph-com",
+			"shutter-snapshotter-openshift-storage.rbd.csi.ceph.com"}},
+		{"Odd/Driver.", []string{"external-snapshotter-leader-Odd-Driver-X", "shutter-snapshotter-odd-driver"}},
 	}
 	for _, tc := range tests {
 		if got := SidecarLeaseNames(tc.driver); !slices.Equal(got, tc.want) {

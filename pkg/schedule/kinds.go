@@ -8,6 +8,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/utils/ptr"
 
 	schedulev1alpha1 "github.com/shutter-csi/shutter/client/apis/snapshotschedule/v1alpha1"
 	groupv1 "github.com/shutter-csi/shutter/client/apis/volumegroupsnapshot/v1"
@@ -17,6 +18,7 @@ import (
 	snapshotlisters "github.com/shutter-csi/shutter/client/listers/volumesnapshot/v1"
 	"github.com/shutter-csi/shutter/pkg/controller"
 	"github.com/shutter-csi/shutter/pkg/kube"
+	"github.com/shutter-csi/shutter/pkg/protocol"
 )
 
 // kind is what a schedule takes each run: a VolumeSnapshot per claim, or one
@@ -70,11 +72,7 @@ func newVolumeSnapshots(client clientset.Interface, lister snapshotlisters.Volum
 			return vs
 		},
 		describe: func(vs *snapshotv1.VolumeSnapshot) (string, State) {
-			claim := ""
-			if vs.Spec.Source.PersistentVolumeClaimName != nil {
-				claim = *vs.Spec.Source.PersistentVolumeClaimName
-			}
-			return claim, snapshotState(vs.Status)
+			return ptr.Deref(vs.Spec.Source.PersistentVolumeClaimName, ""), stateOf(protocol.Report(vs))
 		},
 	}
 }
@@ -98,21 +96,17 @@ func newVolumeGroupSnapshots(client clientset.Interface, lister grouplisters.Vol
 			return vgs
 		},
 		describe: func(vgs *groupv1.VolumeGroupSnapshot) (string, State) {
-			if st := vgs.Status; st != nil {
-				return "", snapshotState(&snapshotv1.VolumeSnapshotStatus{ReadyToUse: st.ReadyToUse, Error: st.Error})
-			}
-			return "", Pending
+			return "", stateOf(protocol.Report(vgs))
 		},
 	}
 }
 
-func snapshotState(st *snapshotv1.VolumeSnapshotStatus) State {
+// stateOf is the State of a snapshot whose status reports ready and err.
+func stateOf(ready bool, err *snapshotv1.VolumeSnapshotError) State {
 	switch {
-	case st == nil:
-		return Pending
-	case st.ReadyToUse != nil && *st.ReadyToUse:
+	case ready:
 		return Ready
-	case st.Error != nil:
+	case err != nil:
 		return Failed
 	}
 	return Pending
@@ -123,11 +117,10 @@ func (k *runKind[T]) name() string { return k.kindName }
 // lookup returns the newest copy of an object: the lister's, or this reconciler's own write
 // the informer has not delivered yet (a snapshot just created).
 func (k *runKind[T]) lookup(namespace, name string) (T, bool) {
-	obj, err := k.get(namespace, name)
-	if err != nil {
-		return k.writer.Cache().Get(controller.Key{Namespace: namespace, Name: name})
-	}
-	return k.writer.Cache().Latest(obj), true
+	obj, found, err := k.writer.Cache().Lookup(controller.Key{Namespace: namespace, Name: name}, func(key controller.Key) (T, error) {
+		return k.get(key.Namespace, key.Name)
+	})
+	return obj, found && err == nil
 }
 
 // resolve reads a record the informer does not show from the API server before it calls it
@@ -239,7 +232,7 @@ func setMeta(obj metav1.Object, s *schedulev1alpha1.SnapshotSchedule, name strin
 
 func ownerReference(s *schedulev1alpha1.SnapshotSchedule) metav1.OwnerReference {
 	return metav1.OwnerReference{APIVersion: schedulev1alpha1.SchemeGroupVersion.String(), Kind: "SnapshotSchedule",
-		Name: s.Name, UID: s.UID, Controller: ptrTo(true)}
+		Name: s.Name, UID: s.UID, Controller: ptr.To(true)}
 }
 
 // hasOwner tells whether obj carries the schedule's owner reference.
@@ -260,7 +253,5 @@ func deleted(err error) (bool, error) {
 	}
 	return err == nil, err
 }
-
-func ptrTo[T any](v T) *T { return &v }
 
 func everything() labels.Selector { return labels.Everything() }

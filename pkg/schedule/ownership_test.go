@@ -11,6 +11,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	k8stesting "k8s.io/client-go/testing"
+	"k8s.io/utils/ptr"
 
 	schedulev1alpha1 "github.com/shutter-csi/shutter/client/apis/snapshotschedule/v1alpha1"
 	snapshotv1 "github.com/shutter-csi/shutter/client/apis/volumesnapshot/v1"
@@ -25,8 +26,8 @@ func forged(s *schedulev1alpha1.SnapshotSchedule, name string) *snapshotv1.Volum
 			Labels:          map[string]string{schedulev1alpha1.LabelSchedule: s.Name},
 			Annotations:     map[string]string{schedulev1alpha1.AnnotationScheduledTime: "2099-01-01T00:00:00Z"},
 			OwnerReferences: []metav1.OwnerReference{ownerReference(s)}},
-		Spec:   snapshotv1.VolumeSnapshotSpec{Source: snapshotv1.VolumeSnapshotSource{PersistentVolumeClaimName: ptrTo("a")}},
-		Status: &snapshotv1.VolumeSnapshotStatus{ReadyToUse: ptrTo(true)},
+		Spec:   snapshotv1.VolumeSnapshotSpec{Source: snapshotv1.VolumeSnapshotSource{PersistentVolumeClaimName: ptr.To("a")}},
+		Status: &snapshotv1.VolumeSnapshotStatus{ReadyToUse: ptr.To(true)},
 	}
 	return vs
 }
@@ -71,9 +72,9 @@ func recordedNames(st *schedulev1alpha1.SnapshotScheduleStatus) []string {
 func TestForgedSnapshotsAreNeitherCountedNorPruned(t *testing.T) {
 	t0 := time.Date(2030, 1, 1, 10, 0, 0, 0, time.UTC)
 	s := testSchedule(t0, func(s *schedulev1alpha1.SnapshotSchedule) {
-		s.Spec.Retention = &schedulev1alpha1.Retention{MaxCount: ptrTo(int32(2))}
+		s.Spec.Retention = &schedulev1alpha1.Retention{MaxCount: ptr.To(int32(2))}
 	})
-	ready := &snapshotv1.VolumeSnapshotStatus{ReadyToUse: ptrTo(true)}
+	ready := &snapshotv1.VolumeSnapshotStatus{ReadyToUse: ptr.To(true)}
 	g1, g2 := taken(s, "a", t0.Add(-time.Hour), ready), taken(s, "a", t0, ready)
 	f := newFixture(t, t0.Add(time.Hour), s, testClaim("a"), g1, g2, forged(s, "fake-1"), forged(s, "fake-2"))
 	if err := f.r.sync(context.Background(), s); err != nil {
@@ -105,7 +106,7 @@ func (f *fixture) syncAgain(t *testing.T, name string) *schedulev1alpha1.Snapsho
 	if err != nil {
 		t.Fatal(err)
 	}
-	vs.Status = &snapshotv1.VolumeSnapshotStatus{ReadyToUse: ptrTo(true)}
+	vs.Status = &snapshotv1.VolumeSnapshotStatus{ReadyToUse: ptr.To(true)}
 	if _, err := f.client.SnapshotV1().VolumeSnapshots("ns").UpdateStatus(ctx, vs, metav1.UpdateOptions{}); err != nil {
 		t.Fatal(err)
 	}
@@ -150,7 +151,7 @@ func TestNameTakenBySomeoneElse(t *testing.T) {
 	if got := recordedNames(st); !reflect.DeepEqual(got, []string{generated}) {
 		t.Errorf("status.snapshots %q, want %q", got, generated)
 	}
-	if !st.LastScheduleTime.Equal(ptrTo(metav1.NewTime(t0.Add(time.Hour)))) {
+	if !st.LastScheduleTime.Equal(ptr.To(metav1.NewTime(t0.Add(time.Hour)))) {
 		t.Errorf("lastScheduleTime %v: the run was not taken", st.LastScheduleTime)
 	}
 	ev := <-f.events.Events
@@ -164,9 +165,9 @@ func TestNameTakenBySomeoneElse(t *testing.T) {
 func TestRecordsOfGoneSnapshots(t *testing.T) {
 	t0 := time.Date(2030, 1, 1, 10, 0, 0, 0, time.UTC)
 	s := testSchedule(t0, func(s *schedulev1alpha1.SnapshotSchedule) {
-		s.Spec.Retention = &schedulev1alpha1.Retention{MaxCount: ptrTo(int32(1))}
+		s.Spec.Retention = &schedulev1alpha1.Retention{MaxCount: ptr.To(int32(1))}
 	})
-	ready := &snapshotv1.VolumeSnapshotStatus{ReadyToUse: ptrTo(true)}
+	ready := &snapshotv1.VolumeSnapshotStatus{ReadyToUse: ptr.To(true)}
 	taken(s, "a", t0.Add(-2*time.Hour), ready) // deleted by someone
 	replaced := taken(s, "a", t0.Add(-time.Hour), ready)
 	replaced.UID = "uid-of-another-object"

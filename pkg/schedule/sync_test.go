@@ -19,6 +19,7 @@ import (
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/record"
 	testingclock "k8s.io/utils/clock/testing"
+	"k8s.io/utils/ptr"
 
 	schedulev1alpha1 "github.com/shutter-csi/shutter/client/apis/snapshotschedule/v1alpha1"
 	snapshotv1 "github.com/shutter-csi/shutter/client/apis/volumesnapshot/v1"
@@ -47,7 +48,7 @@ func newFixture(t *testing.T, now time.Time, objs ...runtime.Object) *fixture {
 		}
 	}
 	kubeClient := kubefake.NewClientset(kubeObjs...)
-	client := fake.NewSimpleClientset(snapObjs...)
+	client := fake.NewClientset(snapObjs...)
 	client.PrependReactor("create", "*", apiServerMeta())
 	kubeInf := informers.NewSharedInformerFactory(kubeClient, 0)
 	snapInf := snapinformers.NewSharedInformerFactory(client, 0)
@@ -151,7 +152,7 @@ func TestSyncTakesOnlyTheLatestRun(t *testing.T) {
 		{name: "on time", now: t0.Add(time.Hour), wantCreates: []string{"s-a-51b369cc-20300101t1100z", "s-b-c823d9cd-20300101t1100z"}, wantLast: t0.Add(time.Hour)},
 		{name: "after three hours down: the latest only", now: t0.Add(3*time.Hour + 20*time.Minute),
 			wantCreates: []string{"s-a-51b369cc-20300101t1300z", "s-b-c823d9cd-20300101t1300z"}, wantMissed: 2, wantLast: t0.Add(3 * time.Hour)},
-		{name: "later than the deadline", now: t0.Add(3*time.Hour + 20*time.Minute), deadline: ptrTo(int64(600)),
+		{name: "later than the deadline", now: t0.Add(3*time.Hour + 20*time.Minute), deadline: ptr.To(int64(600)),
 			wantMissed: 3, wantLast: t0},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -182,9 +183,9 @@ func TestSyncTakesOnlyTheLatestRun(t *testing.T) {
 func TestWritesAreCounted(t *testing.T) {
 	t0 := time.Date(2030, 1, 1, 10, 0, 0, 0, time.UTC)
 	s := testSchedule(t0, func(s *schedulev1alpha1.SnapshotSchedule) {
-		s.Spec.Retention = &schedulev1alpha1.Retention{MaxCount: ptrTo(int32(1))}
+		s.Spec.Retention = &schedulev1alpha1.Retention{MaxCount: ptr.To(int32(1))}
 	})
-	ready := &snapshotv1.VolumeSnapshotStatus{ReadyToUse: ptrTo(true)}
+	ready := &snapshotv1.VolumeSnapshotStatus{ReadyToUse: ptr.To(true)}
 	older := taken(s, "a", t0.Add(-time.Hour), ready)
 	newer := taken(s, "a", t0, ready)
 	f := newFixture(t, t0.Add(time.Hour), s, testClaim("a"), testClaim("b"), older, newer)
@@ -254,9 +255,9 @@ func TestSyncForbid(t *testing.T) {
 		wantCreates int
 	}{
 		{name: "previous pending", status: nil, wantCreates: 0},
-		{name: "previous ready", status: &snapshotv1.VolumeSnapshotStatus{ReadyToUse: ptrTo(true)}, wantCreates: 1},
-		{name: "previous failed", status: &snapshotv1.VolumeSnapshotStatus{ReadyToUse: ptrTo(false),
-			Error: &snapshotv1.VolumeSnapshotError{Message: ptrTo("no space")}}, wantCreates: 1},
+		{name: "previous ready", status: &snapshotv1.VolumeSnapshotStatus{ReadyToUse: ptr.To(true)}, wantCreates: 1},
+		{name: "previous failed", status: &snapshotv1.VolumeSnapshotStatus{ReadyToUse: ptr.To(false),
+			Error: &snapshotv1.VolumeSnapshotError{Message: ptr.To("no space")}}, wantCreates: 1},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			vs := prev.DeepCopy()

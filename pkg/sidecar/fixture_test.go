@@ -69,7 +69,7 @@ func newFixture(t *testing.T, cfg config, objs ...runtime.Object) *fixture {
 			snapObjs = append(snapObjs, o)
 		}
 	}
-	f.client = fake.NewSimpleClientset(snapObjs...)
+	f.client = fake.NewClientset(snapObjs...)
 	f.client.PrependReactor("patch", "*", mergePatchReactor(f.client.Tracker()))
 	if cfg.driver == "" {
 		cfg.driver = testDriver

@@ -44,6 +44,7 @@ type config struct {
 	uuidLength           int
 	extraCreateMetadata  bool
 	retryStart, retryMax time.Duration
+	syncTimeout          time.Duration
 	workers              int
 }
 

@@ -62,7 +62,7 @@ func (s *sidecar) run(ctx context.Context) {
 		logger.V(2).Info("The driver does not take group snapshots; not watching group contents")
 	case !groupCRD:
 		logger.Info("The VolumeGroupSnapshotContent CRD is not installed; watching group contents once it is",
-			"checkEvery", groupCRDPoll)
+			"checkEvery", kube.GroupCRDPoll)
 		// A factory of its own: the CRD that appears later may not declare spec.driver selectable.
 		late := informers.NewSharedInformerFactoryWithOptions(s.snapshots, 0, informers.WithTweakListOptions(s.listOptions(false)), informers.WithTransform(controller.TrimMeta))
 		defer late.Shutdown()
@@ -97,16 +97,13 @@ func (s *sidecar) groupReconciler(ctx context.Context, watched, classes informer
 		s.config(true), s.kube, recorder, s.metrics), gcontents.Informer(), "volumegroupsnapshotcontents", s.opts.ResyncPeriod)
 }
 
-// groupCRDPoll is how often the sidecar looks for the group CRDs when they were missing at start.
-const groupCRDPoll = 30 * time.Second
-
 // groupResources are the group kinds the sidecar needs the API server to serve.
 var groupResources = []string{"volumegroupsnapshotcontents", "volumegroupsnapshotclasses"}
 
 // runGroupsWhenServed waits until the API server serves group snapshot contents and then runs
 // the group reconciler, so installing the group CRDs later needs no restart.
 func (s *sidecar) runGroupsWhenServed(ctx context.Context, watched, classes informers.SharedInformerFactory, recorder record.EventRecorder) {
-	err := kube.WaitServed(ctx, s.kube.Discovery(), groupv1.SchemeGroupVersion.String(), groupResources, kube.Poll{Interval: groupCRDPoll})
+	err := kube.WaitServed(ctx, s.kube.Discovery(), groupv1.SchemeGroupVersion.String(), groupResources, kube.Poll{Interval: kube.GroupCRDPoll})
 	if err != nil {
 		return
 	}
@@ -122,7 +119,7 @@ func (s *sidecar) runGroupsWhenServed(ctx context.Context, watched, classes info
 // start wires one reconciler to its informer and a queue and returns the function that runs
 // its workers and resync until ctx is done.
 func start[T kube.Object[T]](ctx context.Context, r *reconciler[T], informer cache.SharedIndexInformer, name string, resync time.Duration) func() {
-	q := controller.NewQueue(name, controller.Options{RetryStart: r.cfg.retryStart, RetryMax: r.cfg.retryMax}, r.sync)
+	q := controller.NewQueue(name, controller.Options{RetryStart: r.cfg.retryStart, RetryMax: r.cfg.retryMax, SyncTimeout: r.cfg.syncTimeout}, r.sync)
 	add := func(obj T) {
 		if r.mine(obj) {
 			q.Add(controller.KeyOf(obj))

@@ -22,6 +22,7 @@ import (
 	clientset "github.com/shutter-csi/shutter/client/clientset/versioned"
 	"github.com/shutter-csi/shutter/client/clientset/versioned/scheme"
 	"github.com/shutter-csi/shutter/pkg/app"
+	"github.com/shutter-csi/shutter/pkg/controller"
 	"github.com/shutter-csi/shutter/pkg/csi"
 	names "github.com/shutter-csi/shutter/pkg/metrics"
 	"github.com/shutter-csi/shutter/pkg/protocol"
@@ -48,6 +49,9 @@ type Options struct {
 	Workers                              int
 	RetryIntervalStart, RetryIntervalMax time.Duration
 	ResyncPeriod                         time.Duration
+	// SyncTimeout is the deadline of each sync; 0 means none. Run raises one shorter than twice
+	// Timeout to that, so that it never cuts a CSI call short.
+	SyncTimeout time.Duration
 
 	Client         app.ClientOptions
 	LeaderElection app.LeaderElectionOptions
@@ -72,6 +76,7 @@ func DefaultOptions() Options {
 		RetryIntervalStart:          time.Second,
 		RetryIntervalMax:            5 * time.Minute,
 		ResyncPeriod:                15 * time.Minute,
+		SyncTimeout:                 controller.DefaultSyncTimeout,
 		// About three writes per snapshot: 100/200 keeps a burst of hundreds of snapshots from
 		// waiting on the client side, while API Priority and Fairness protects the server.
 		Client: app.ClientOptions{QPS: 100, Burst: 200},
@@ -81,6 +86,10 @@ func DefaultOptions() Options {
 // Run connects to the driver and reconciles its objects until ctx is done.
 func Run(ctx context.Context, opts Options) error {
 	logger := klog.FromContext(ctx)
+	if d, raised := opts.syncTimeout(); raised {
+		logger.Info("Raising --sync-timeout to twice --timeout, so that it never cuts a CSI call short", "syncTimeout", d, "timeout", opts.Timeout)
+		opts.SyncTimeout = d
+	}
 	csiMetrics := csimetrics.NewCSIMetricsManagerForSidecar("")
 	driver, err := csi.Connect(ctx, csi.ConnectOptions{Address: opts.CSIAddress, Timeout: opts.Timeout, Metrics: csiMetrics})
 	if err != nil {
@@ -93,7 +102,8 @@ func Run(ctx context.Context, opts Options) error {
 			return err
 		}
 	}
-	elector := app.NewElector(opts.LeaderElection, LeaseName(driver.DriverName()))
+	elector := app.NewElector(opts.LeaderElection, LeaseName(driver.DriverName())).
+		After(protocol.LegacySidecarLeaseName(driver.DriverName()))
 	c, err := newClients(cfg, elector)
 	if err != nil {
 		return err
@@ -110,6 +120,15 @@ func Run(ctx context.Context, opts Options) error {
 	})
 	defer wg.Wait()
 	return elector.Run(ctx, c.lease, s.run)
+}
+
+// syncTimeout is the deadline of each sync: SyncTimeout, raised to twice Timeout when shorter
+// (raised reports that), so that a CSI call and the writes after it fit; 0 stays 0, no deadline.
+func (o Options) syncTimeout() (d time.Duration, raised bool) {
+	if o.SyncTimeout > 0 && o.SyncTimeout < 2*o.Timeout {
+		return 2 * o.Timeout, true
+	}
+	return o.SyncTimeout, false
 }
 
 // clients are the sidecar's API clients.
@@ -134,8 +153,9 @@ func newClients(cfg *rest.Config, elector *app.Elector) (c clients, err error) {
 	return c, err
 }
 
-// LeaseName is the leader election Lease of the sidecars of driver.
-func LeaseName(driver string) string { return protocol.ShutterSidecarLeaseName(driver) }
+// LeaseName is the leader election Lease of the sidecars of driver: the reference sidecar's name,
+// so a Deployment that swaps one image for the other keeps one leader.
+func LeaseName(driver string) string { return protocol.SidecarLeaseName(driver) }
 
 // sidecar holds what the reconcilers share while running.
 type sidecar struct {
@@ -160,6 +180,7 @@ func (s *sidecar) config(group bool) config {
 		driver: s.csi.DriverName(), node: s.opts.NodeName, extraCreateMetadata: s.opts.ExtraCreateMetadata,
 		namePrefix: s.opts.SnapshotNamePrefix, uuidLength: s.opts.SnapshotNameUUIDLength,
 		retryStart: s.opts.RetryIntervalStart, retryMax: s.opts.RetryIntervalMax, workers: s.opts.Workers,
+		syncTimeout: s.opts.SyncTimeout,
 	}
 	if group {
 		c.namePrefix, c.uuidLength = s.opts.GroupSnapshotNamePrefix, s.opts.GroupSnapshotNameUUIDLength

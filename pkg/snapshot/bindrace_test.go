@@ -8,6 +8,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/utils/ptr"
 
 	snapshotv1 "github.com/shutter-csi/shutter/client/apis/volumesnapshot/v1"
 	"github.com/shutter-csi/shutter/pkg/controller"
@@ -25,7 +26,7 @@ func TestBindingAfterDeletionRequeuesContent(t *testing.T) {
 	content := newContent("imported", func(c *snapshotv1.VolumeSnapshotContent) {
 		c.Finalizers = nil
 		c.Spec.VolumeSnapshotRef = corev1.ObjectReference{Namespace: "ns", Name: "snap"}
-		c.Spec.Source = snapshotv1.VolumeSnapshotContentSource{SnapshotHandle: ptr("s-1")}
+		c.Spec.Source = snapshotv1.VolumeSnapshotContentSource{SnapshotHandle: ptr.To("s-1")}
 	})
 	c, _, snap, _, informers := testControllerInformers(t, vs, content)
 	ctx := context.Background()

@@ -22,7 +22,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/listers"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/record"
 	"k8s.io/klog/v2"
@@ -32,7 +31,6 @@ import (
 	clientset "github.com/shutter-csi/shutter/client/clientset/versioned"
 	snapinformers "github.com/shutter-csi/shutter/client/informers/externalversions"
 	"github.com/shutter-csi/shutter/pkg/controller"
-	"github.com/shutter-csi/shutter/pkg/kube"
 )
 
 // Options configure the reconcilers.
@@ -141,53 +139,25 @@ func New(clients Clients, kubeInformers informers.SharedInformerFactory,
 		claims: pvc.Lister(), claimIndexer: pvc.Informer().GetIndexer(), claimWriter: c.writes.claims, volumes: pv.Lister(),
 		preventVolumeModeConversion: opts.PreventVolumeModeConversion, distributedSnapshotting: opts.DistributedSnapshotting,
 		groups: &c.groups}
-	r := newReconcilerOf(c, c.single, singleKeys, c.writes.snapshots, c.writes.contents, opts.StatusGrace)
-	r.snapshotLister = listers.New[*snapshotv1.VolumeSnapshot](vs.Informer().GetIndexer(), snapshotv1.Resource("volumesnapshots"))
-	r.contentLister = listers.New[*snapshotv1.VolumeSnapshotContent](vsc.Informer().GetIndexer(), snapshotv1.Resource("volumesnapshotcontents"))
-	r.snapshotQueue = controller.NewUrgentFirstQueue(singleKeys.snapshotQueue, opts.Retry, r.syncSnapshotKey, c.nearlyDone)
-	r.contentQueue = controller.NewQueue(singleKeys.contentQueue, opts.Retry, r.syncContentKey)
-	c.singles = r
-
-	if err := c.watch(vs.Informer(), vsc.Informer(), class.Informer(), pvc.Informer()); err != nil {
+	r, synced, err := newReconciler(c, pair[*snapshotv1.VolumeSnapshot, *snapshotv1.VolumeSnapshotContent]{
+		kind: c.single, snapshots: c.writes.snapshots, contents: c.writes.contents,
+		snapshotInformer: vs.Informer(), contentInformer: vsc.Informer(), classInformer: class.Informer(),
+		// Single snapshots come by the thousand, in bursts and after restarts: the nearly done go
+		// first, the first list is paced, and a new snapshot's status waits for the sidecar's
+		// first report so that binding and readiness usually land in one write.
+		tuning: tuning{urgentFirst: true, pacedStart: true, statusGrace: opts.StatusGrace},
+	})
+	if err != nil {
 		return nil, err
 	}
-	c.synced = append(c.synced, pv.Informer().HasSynced)
+	c.singles = r
+	// Claims only wake snapshots, which their own first list queues.
+	if _, err := pvc.Informer().AddEventHandler(controller.HandlerWithInitialList(c.writes.claims.Cache(), c.onClaim,
+		func(*corev1.PersistentVolumeClaim) {})); err != nil {
+		return nil, fmt.Errorf("add event handler: %w", err)
+	}
+	c.synced = append(append(c.synced, synced...), pvc.Informer().HasSynced, pv.Informer().HasSynced)
 	return c, nil
-}
-
-// watch queues the single kinds' keys on the informers' events.
-func (c *Controller) watch(vs, vsc, class, pvc cache.SharedIndexInformer) error {
-	r := c.singles
-	handlers := []struct {
-		informer cache.SharedIndexInformer
-		handler  cache.ResourceEventHandler
-	}{
-		{vs, controller.HandlerWithInitialList(c.writes.snapshots.Cache(), c.onSnapshot, func(vs *snapshotv1.VolumeSnapshot) {
-			r.snapshotQueue.AddPaced(controller.KeyOf(vs))
-		})},
-		{vsc, controller.HandlerWithInitialList(c.writes.contents.Cache(), r.onContent, func(vsc *snapshotv1.VolumeSnapshotContent) {
-			r.contentQueue.AddPaced(controller.KeyOf(vsc))
-		})},
-		// Claims and classes only wake snapshots, which their own first list queues.
-		{pvc, controller.HandlerWithInitialList(c.writes.claims.Cache(), c.onClaim, func(*corev1.PersistentVolumeClaim) {})},
-		{class, controller.HandlerWithInitialList(nil, func(*snapshotv1.VolumeSnapshotClass) { r.requeueUnbound() },
-			func(*snapshotv1.VolumeSnapshotClass) {})},
-	}
-	for _, h := range handlers {
-		if _, err := h.informer.AddEventHandler(h.handler); err != nil {
-			return fmt.Errorf("add event handler: %w", err)
-		}
-		c.synced = append(c.synced, h.informer.HasSynced)
-	}
-	return nil
-}
-
-// newReconcilerOf is a reconciler of kind k with the controller's settings; the caller adds its
-// listers and queues.
-func newReconcilerOf[S kube.Object[S], C kube.Object[C]](c *Controller, k kind[S, C], keys kindKeys, snapshots *kube.Writer[S],
-	contents *kube.Writer[C], statusGrace time.Duration) *reconciler[S, C] {
-	return &reconciler[S, C]{kind: k, keys: keys, snapshots: snapshots, contents: contents, recorder: c.recorder,
-		clock: c.clock, readyEvents: c.opts.ReadyEvents, statusGrace: statusGrace}
 }
 
 // EnableGroups starts the group reconcilers on informers from factory (which the caller starts
@@ -226,12 +196,6 @@ func (c *Controller) Run(ctx context.Context) error {
 	return nil
 }
 
-// onSnapshot queues a changed snapshot, the content it names, and its group.
-func (c *Controller) onSnapshot(vs *snapshotv1.VolumeSnapshot) {
-	c.singles.onSnapshot(vs)
-	c.single.onMember(vs)
-}
-
 // onClaim queues the snapshots of a claim that still depend on it (bySourcePVC) and the one it
 // is restored from.
 func (c *Controller) onClaim(pvc *corev1.PersistentVolumeClaim) {
@@ -241,18 +205,4 @@ func (c *Controller) onClaim(pvc *corev1.PersistentVolumeClaim) {
 	if name := restoreSource(pvc); name != "" {
 		c.singles.snapshotQueue.Add(controller.Key{Namespace: pvc.Namespace, Name: name})
 	}
-}
-
-// nearlyDone tells whether a snapshot's next sync is likely to finish it: it is not ready yet and
-// the sidecar has reported on its content. Such keys are taken before new snapshots, so that in a
-// burst each snapshot is done soon after its backend snapshot is, instead of after every other
-// snapshot's first steps. A content without a report is not urgent: looking at it early would
-// only write a not-ready status that the report then replaces.
-func (c *Controller) nearlyDone(key controller.Key) bool {
-	vs, err := c.single.snapshots.VolumeSnapshots(key.Namespace).Get(key.Name)
-	if err != nil || vs.DeletionTimestamp != nil || isReady(vs) {
-		return false
-	}
-	content, found, err := c.singles.contentOf(vs)
-	return err == nil && found && content.Status != nil
 }

@@ -9,6 +9,7 @@ import (
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	k8stesting "k8s.io/client-go/testing"
+	"k8s.io/utils/ptr"
 
 	snapshotv1 "github.com/shutter-csi/shutter/client/apis/volumesnapshot/v1"
 	snapfake "github.com/shutter-csi/shutter/client/clientset/versioned/fake"
@@ -21,7 +22,7 @@ func TestSyncContentRequests(t *testing.T) {
 	marked := func(c *snapshotv1.VolumeSnapshotContent) {
 		c.Annotations = map[string]string{protocol.AnnBeingDeleted: protocol.AnnValueYes}
 	}
-	deleted := func(c *snapshotv1.VolumeSnapshotContent) { c.DeletionTimestamp = ptr(metav1.Now()) }
+	deleted := func(c *snapshotv1.VolumeSnapshotContent) { c.DeletionTimestamp = ptr.To(metav1.Now()) }
 	unprotected := func(c *snapshotv1.VolumeSnapshotContent) { c.Finalizers = nil }
 	retain := func(c *snapshotv1.VolumeSnapshotContent) {
 		c.Spec.DeletionPolicy = snapshotv1.VolumeSnapshotContentRetain

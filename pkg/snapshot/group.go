@@ -7,17 +7,16 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/client-go/listers"
 	corelisters "k8s.io/client-go/listers/core/v1"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/klog/v2"
+	"k8s.io/utils/ptr"
 
 	groupv1 "github.com/shutter-csi/shutter/client/apis/volumegroupsnapshot/v1"
 	snapshotv1 "github.com/shutter-csi/shutter/client/apis/volumesnapshot/v1"
 	clientset "github.com/shutter-csi/shutter/client/clientset/versioned"
 	snapinformers "github.com/shutter-csi/shutter/client/informers/externalversions"
 	grouplisters "github.com/shutter-csi/shutter/client/listers/volumegroupsnapshot/v1"
-	"github.com/shutter-csi/shutter/pkg/controller"
 	"github.com/shutter-csi/shutter/pkg/kube"
 	"github.com/shutter-csi/shutter/pkg/metrics"
 	"github.com/shutter-csi/shutter/pkg/protocol"
@@ -29,22 +28,19 @@ const (
 	ReasonGroupInvalid = "InvalidGroupSnapshot"
 )
 
-// groupCRDPoll is how often the controller looks for the group CRDs when they were missing at
-// start.
-const groupCRDPoll = 30 * time.Second
-
 // groupReconciler reconciles VolumeGroupSnapshots and VolumeGroupSnapshotContents.
 type groupReconciler = reconciler[*groupv1.VolumeGroupSnapshot, *groupv1.VolumeGroupSnapshotContent]
 
 var groupKeys = kindKeys{
 	snapshotKind: "VolumeGroupSnapshot", contentKind: "VolumeGroupSnapshotContent", apiVersion: groupv1.SchemeGroupVersion.String(),
 	snapshotQueue: "volumegroupsnapshot", contentQueue: "volumegroupsnapshotcontent", defaultContent: protocol.GroupContentName,
+	snapshotResource: groupv1.Resource("volumegroupsnapshots"), contentResource: groupv1.Resource("volumegroupsnapshotcontents"),
 	contentFinalizer: protocol.GroupContentBoundFinalizer, beingCreated: protocol.AnnGroupBeingCreated, beingDeleted: protocol.AnnGroupBeingDeleted,
 	classKind: "VolumeGroupSnapshotClass", secret: protocol.GroupSecret,
 	secretName: protocol.AnnGroupDeletionSecretName, secretNamespace: protocol.AnnGroupDeletionSecretNamespace,
 	reasonContentMissing: ReasonGroupInvalid, reasonBindingInvalid: ReasonGroupInvalid,
 	reasonReady: ReasonGroupReady, readyMessage: "Group snapshot is ready to use",
-	opCreate: metrics.OperationCreateGroup, opDelete: metrics.OperationDeleteGroup, countInputFailures: true,
+	opCreate: metrics.OperationCreateGroup, opDelete: metrics.OperationDeleteGroup,
 	upstream: groupUpstreamOps,
 }
 
@@ -81,28 +77,21 @@ func (c *Controller) newGroups(factory snapinformers.SharedInformerFactory) (*gr
 	}
 	k := &groupKind{client: c.clients.Snapshots, classes: class.Lister(),
 		classIndexer: class.Informer().GetIndexer(), claims: c.single.claims, volumes: c.single.volumes,
-		members: members{snapshots: c.single.snapshots, snapshotIndexer: c.single.snapshotIndexer, contents: c.single.contents,
+		members: members{snapshotLister: c.singles.snapshotLister, snapshotIndexer: c.single.snapshotIndexer, contentLister: c.singles.contentLister,
 			snapshotWriter: c.writes.snapshots, contentWriter: c.writes.contents, wake: c.singles.snapshotQueue.Add}}
-	r := newReconcilerOf(c, k, groupKeys, c.writes.groups, c.writes.groupContents, 0)
-	r.snapshotLister = listers.New[*groupv1.VolumeGroupSnapshot](vgs.Informer().GetIndexer(), groupv1.Resource("volumegroupsnapshots"))
-	r.contentLister = listers.New[*groupv1.VolumeGroupSnapshotContent](vgsc.Informer().GetIndexer(), groupv1.Resource("volumegroupsnapshotcontents"))
-	r.snapshotQueue = controller.NewQueue(groupKeys.snapshotQueue, c.opts.Retry, r.syncSnapshotKey)
-	r.contentQueue = controller.NewQueue(groupKeys.contentQueue, c.opts.Retry, r.syncContentKey)
-	g := &groups{r: r, stopped: make(chan struct{})}
-	for _, h := range []struct {
-		informer cache.SharedIndexInformer
-		handler  cache.ResourceEventHandler
-	}{
-		{vgs.Informer(), controller.Handler(c.writes.groups.Cache(), r.onSnapshot)},
-		{vgsc.Informer(), controller.Handler(c.writes.groupContents.Cache(), r.onContent)},
-		{class.Informer(), controller.Handler(nil, func(*groupv1.VolumeGroupSnapshotClass) { r.requeueUnbound() })},
-	} {
-		if _, err := h.informer.AddEventHandler(h.handler); err != nil {
-			return nil, fmt.Errorf("add event handler: %w", err)
-		}
-		g.synced = append(g.synced, h.informer.HasSynced)
+	r, synced, err := newReconciler(c, pair[*groupv1.VolumeGroupSnapshot, *groupv1.VolumeGroupSnapshotContent]{
+		kind: k, snapshots: c.writes.groups, contents: c.writes.groupContents,
+		snapshotInformer: vgs.Informer(), contentInformer: vgsc.Informer(), classInformer: class.Informer(),
+		// Groups are few (one per application, not one per volume), so neither urgency nor pacing
+		// is worth their cost. A group's status does not wait for the sidecar's first report: its
+		// readiness also waits for its members, which are made only after that report, so no
+		// grace would bring binding and readiness into one write.
+		tuning: tuning{},
+	})
+	if err != nil {
+		return nil, err
 	}
-	return g, nil
+	return &groups{r: r, synced: synced, stopped: make(chan struct{})}, nil
 }
 
 func groupClassesByDriver(obj any) ([]string, error) {
@@ -133,14 +122,14 @@ func (*groupKind) state(vgs *groupv1.VolumeGroupSnapshot) snapshotState {
 	if st == nil {
 		return snapshotState{}
 	}
-	return snapshotState{reported: true, content: deref(st.BoundVolumeGroupSnapshotContentName), ready: deref(st.ReadyToUse), err: st.Error,
+	return snapshotState{reported: true, content: ptr.Deref(st.BoundVolumeGroupSnapshotContentName, ""), ready: protocol.Ready(vgs), err: st.Error,
 		created: st.CreationTime != nil}
 }
 
 func (*groupKind) status(vgs *groupv1.VolumeGroupSnapshot) any { return vgs.Status }
 
 func (*groupKind) sourceContent(vgs *groupv1.VolumeGroupSnapshot) string {
-	return deref(vgs.Spec.Source.VolumeGroupSnapshotContentName)
+	return ptr.Deref(vgs.Spec.Source.VolumeGroupSnapshotContentName, "")
 }
 
 func (*groupKind) waitsForContent(*groupv1.VolumeGroupSnapshot) bool { return false }
@@ -150,7 +139,7 @@ func (*groupKind) withError(vgs *groupv1.VolumeGroupSnapshot, e *snapshotv1.Volu
 	if updated.Status == nil {
 		updated.Status = &groupv1.VolumeGroupSnapshotStatus{}
 	}
-	updated.Status.Error, updated.Status.ReadyToUse = e, ptr(false)
+	updated.Status.Error, updated.Status.ReadyToUse = e, ptr.To(false)
 	return updated
 }
 
@@ -162,11 +151,11 @@ func (*groupKind) withStatus(vgs *groupv1.VolumeGroupSnapshot, content *groupv1.
 
 // desiredGroupStatus is the group's status as its content and members report it.
 func desiredGroupStatus(content *groupv1.VolumeGroupSnapshotContent, membersReady bool) *groupv1.VolumeGroupSnapshotStatus {
-	want := &groupv1.VolumeGroupSnapshotStatus{BoundVolumeGroupSnapshotContentName: ptr(content.Name), ReadyToUse: ptr(false)}
+	want := &groupv1.VolumeGroupSnapshotStatus{BoundVolumeGroupSnapshotContentName: ptr.To(content.Name), ReadyToUse: ptr.To(false)}
 	if st := content.Status; st != nil {
-		want.ReadyToUse = ptr(st.ReadyToUse != nil && *st.ReadyToUse && membersReady)
+		want.ReadyToUse = ptr.To(protocol.Ready(content) && membersReady)
 		if st.CreationTime != nil {
-			want.CreationTime = ptr(metav1.NewTime(st.CreationTime.Time.UTC().Truncate(1e9)))
+			want.CreationTime = ptr.To(metav1.NewTime(st.CreationTime.Time.UTC().Truncate(1e9)))
 		}
 		if st.Error != nil {
 			want.Error = st.Error.DeepCopy()
@@ -174,6 +163,12 @@ func desiredGroupStatus(content *groupv1.VolumeGroupSnapshotContent, membersRead
 	}
 	return want
 }
+
+// contentFailure: a group content's error shows in the group's status only.
+func (*groupKind) contentFailure() (string, bool) { return "", false }
+
+// inputFailureCounts: a group that cannot be taken as asked counts as a failed create.
+func (*groupKind) inputFailureCounts() bool { return true }
 
 func (*groupKind) finalizers(snapshotv1.DeletionPolicy) []string {
 	return []string{protocol.GroupSnapshotBoundFinalizer}
@@ -213,7 +208,7 @@ func (k *groupKind) bound(ctx context.Context, vgs *groupv1.VolumeGroupSnapshot,
 	return k.members.ensure(ctx, vgs, content)
 }
 
-func (*groupKind) statusWritten(*groupv1.VolumeGroupSnapshot) {}
+func (*groupKind) changed(*groupv1.VolumeGroupSnapshot) {}
 
 func (*groupKind) afterBound(context.Context, *groupv1.VolumeGroupSnapshot) error { return nil }
 
@@ -228,7 +223,7 @@ func (k *groupKind) finalizing(ctx context.Context, vgs *groupv1.VolumeGroupSnap
 	}
 	left, err := k.members.release(ctx, vgs, content)
 	if err != nil || left {
-		// Member deletions wake the group again through onMember.
+		// Member deletions wake the group again (snapshotKind.changed).
 		return nil, err
 	}
 	return []string{protocol.GroupSnapshotBoundFinalizer}, nil

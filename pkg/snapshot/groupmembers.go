@@ -4,14 +4,14 @@ import (
 	"context"
 
 	corev1 "k8s.io/api/core/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/listers"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/klog/v2"
+	"k8s.io/utils/ptr"
 
 	groupv1 "github.com/shutter-csi/shutter/client/apis/volumegroupsnapshot/v1"
 	snapshotv1 "github.com/shutter-csi/shutter/client/apis/volumesnapshot/v1"
-	snapshotlisters "github.com/shutter-csi/shutter/client/listers/volumesnapshot/v1"
 	"github.com/shutter-csi/shutter/pkg/controller"
 	"github.com/shutter-csi/shutter/pkg/kube"
 	"github.com/shutter-csi/shutter/pkg/protocol"
@@ -53,9 +53,9 @@ func memberKey(info groupv1.VolumeSnapshotInfo) string {
 // members are the single-snapshot side as a group sees it: the member snapshots and contents it
 // makes and lets go.
 type members struct {
-	snapshots       snapshotlisters.VolumeSnapshotLister
+	snapshotLister  listers.ResourceIndexer[*snapshotv1.VolumeSnapshot]
 	snapshotIndexer cache.Indexer // byGroup
-	contents        snapshotlisters.VolumeSnapshotContentLister
+	contentLister   listers.ResourceIndexer[*snapshotv1.VolumeSnapshotContent]
 	snapshotWriter  *kube.Writer[*snapshotv1.VolumeSnapshot]
 	contentWriter   *kube.Writer[*snapshotv1.VolumeSnapshotContent]
 	// wake queues a member snapshot, whose sync the controller's own writes do not trigger.
@@ -79,7 +79,7 @@ func (m members) ensure(ctx context.Context, vgs *groupv1.VolumeGroupSnapshot, c
 		if err := m.ensureContent(ctx, vs, content, info); err != nil {
 			return false, err
 		}
-		ready = ready && isReady(vs)
+		ready = ready && protocol.Ready(vs)
 	}
 	return ready, nil
 }
@@ -87,13 +87,8 @@ func (m members) ensure(ctx context.Context, vgs *groupv1.VolumeGroupSnapshot, c
 func (m members) ensureSnapshot(ctx context.Context, vgs *groupv1.VolumeGroupSnapshot,
 	content *groupv1.VolumeGroupSnapshotContent, key string) (*snapshotv1.VolumeSnapshot, error) {
 	name := protocol.MemberSnapshotName(vgs.UID, key)
-	if vs, err := m.snapshots.VolumeSnapshots(vgs.Namespace).Get(name); err == nil {
-		return m.snapshotWriter.Cache().Latest(vs), nil
-	} else if !apierrors.IsNotFound(err) {
-		return nil, err
-	}
-	if own, ok := m.snapshotWriter.Cache().Get(controller.Key{Namespace: vgs.Namespace, Name: name}); ok {
-		return own, nil
+	if vs, found, err := lookup(m.snapshotLister, m.snapshotWriter, controller.Key{Namespace: vgs.Namespace, Name: name}); err != nil || found {
+		return vs, err
 	}
 	finalizers := []string{protocol.SnapshotInGroupFinalizer, protocol.SnapshotAsSourceFinalizer}
 	if content.Spec.DeletionPolicy == snapshotv1.VolumeSnapshotContentDelete {
@@ -104,11 +99,11 @@ func (m members) ensureSnapshot(ctx context.Context, vgs *groupv1.VolumeGroupSna
 			Name: name, Namespace: vgs.Namespace, Finalizers: finalizers,
 			OwnerReferences: []metav1.OwnerReference{{
 				APIVersion: groupv1.SchemeGroupVersion.String(), Kind: "VolumeGroupSnapshot",
-				Name: vgs.Name, UID: vgs.UID, Controller: ptr(true),
+				Name: vgs.Name, UID: vgs.UID, Controller: ptr.To(true),
 			}},
 		},
 		Spec: snapshotv1.VolumeSnapshotSpec{Source: snapshotv1.VolumeSnapshotSource{
-			VolumeSnapshotContentName: ptr(protocol.MemberContentName(vgs.UID, key)),
+			VolumeSnapshotContentName: ptr.To(protocol.MemberContentName(vgs.UID, key)),
 		}},
 	}
 	created, err := m.snapshotWriter.Create(ctx, vs)
@@ -127,16 +122,11 @@ func (m members) ensureSnapshot(ctx context.Context, vgs *groupv1.VolumeGroupSna
 func (m members) ensureContent(ctx context.Context, vs *snapshotv1.VolumeSnapshot,
 	group *groupv1.VolumeGroupSnapshotContent, info groupv1.VolumeSnapshotInfo) error {
 	name := *vs.Spec.Source.VolumeSnapshotContentName
-	content, err := m.contents.Get(name)
-	switch {
-	case err == nil:
-		content = m.contentWriter.Cache().Latest(content)
-	case !apierrors.IsNotFound(err):
+	content, found, err := lookup(m.contentLister, m.contentWriter, controller.Key{Name: name})
+	if err != nil {
 		return err
-	default:
-		content, _ = m.contentWriter.Cache().Get(controller.Key{Name: name})
 	}
-	if content == nil {
+	if !found {
 		if content, err = m.createContent(ctx, vs, group, info); err != nil {
 			return err
 		}
@@ -160,7 +150,7 @@ func (m members) createContent(ctx context.Context, vs *snapshotv1.VolumeSnapsho
 				Namespace: vs.Namespace, Name: vs.Name, UID: vs.UID,
 			},
 			DeletionPolicy: group.Spec.DeletionPolicy, Driver: group.Spec.Driver,
-			Source: snapshotv1.VolumeSnapshotContentSource{SnapshotHandle: ptr(info.SnapshotHandle)},
+			Source: snapshotv1.VolumeSnapshotContentSource{SnapshotHandle: ptr.To(info.SnapshotHandle)},
 		},
 	}
 	return m.contentWriter.Create(ctx, content)
@@ -171,9 +161,9 @@ func (m members) writeStatus(ctx context.Context, vs *snapshotv1.VolumeSnapshot,
 	group *groupv1.VolumeGroupSnapshotContent, info groupv1.VolumeSnapshotInfo) error {
 	updated := content.DeepCopy()
 	updated.Status = &snapshotv1.VolumeSnapshotContentStatus{
-		SnapshotHandle: ptr(info.SnapshotHandle), CreationTime: info.CreationTime, RestoreSize: info.RestoreSize,
-		ReadyToUse:                ptr(info.ReadyToUse == nil || *info.ReadyToUse),
-		VolumeGroupSnapshotHandle: ptr(*group.Status.VolumeGroupSnapshotHandle),
+		SnapshotHandle: ptr.To(info.SnapshotHandle), CreationTime: info.CreationTime, RestoreSize: info.RestoreSize,
+		ReadyToUse:                ptr.To(ptr.Deref(info.ReadyToUse, true)),
+		VolumeGroupSnapshotHandle: ptr.To(*group.Status.VolumeGroupSnapshotHandle),
 	}
 	// A patch: the upstream controller's role grants only patch on volumesnapshotcontents/status.
 	if _, err := m.contentWriter.PatchStatus(ctx, content, updated); err != nil {

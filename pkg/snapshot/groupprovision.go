@@ -7,6 +7,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
 
 	groupv1 "github.com/shutter-csi/shutter/client/apis/volumegroupsnapshot/v1"
 	"github.com/shutter-csi/shutter/pkg/protocol"
@@ -38,7 +39,7 @@ func (k *groupKind) newPlan(vgs *groupv1.VolumeGroupSnapshot) (plan[*groupv1.Vol
 	}
 	content := &groupv1.VolumeGroupSnapshotContent{ObjectMeta: meta, Spec: groupv1.VolumeGroupSnapshotContentSpec{
 		VolumeGroupSnapshotRef: snapshotRef(groupKeys, vgs),
-		DeletionPolicy:         class.DeletionPolicy, Driver: driver, VolumeGroupSnapshotClassName: ptr(class.Name),
+		DeletionPolicy:         class.DeletionPolicy, Driver: driver, VolumeGroupSnapshotClassName: ptr.To(class.Name),
 		Source: groupv1.VolumeGroupSnapshotContentSource{VolumeHandles: handles},
 	}}
 	return plan[*groupv1.VolumeGroupSnapshotContent]{content: content, policy: class.DeletionPolicy, class: class.Name}, nil

@@ -5,6 +5,7 @@ import (
 	"testing"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
 
 	groupv1 "github.com/shutter-csi/shutter/client/apis/volumegroupsnapshot/v1"
 	snapinformers "github.com/shutter-csi/shutter/client/informers/externalversions"
@@ -26,7 +27,7 @@ func TestGroupReadyEvent(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			content := &groupv1.VolumeGroupSnapshotContent{ObjectMeta: metav1.ObjectMeta{Name: "groupsnapcontent-g"},
-				Status: &groupv1.VolumeGroupSnapshotContentStatus{ReadyToUse: ptr(true)}}
+				Status: &groupv1.VolumeGroupSnapshotContentStatus{ReadyToUse: ptr.To(true)}}
 			vgs := &groupv1.VolumeGroupSnapshot{ObjectMeta: metav1.ObjectMeta{Name: "g", Namespace: "ns", UID: "g-uid"}}
 			if tc.wasReady {
 				vgs.Status = desiredGroupStatus(content, true)

@@ -5,6 +5,7 @@ import (
 	"k8s.io/client-go/tools/cache"
 
 	snapshotv1 "github.com/shutter-csi/shutter/client/apis/volumesnapshot/v1"
+	"github.com/shutter-csi/shutter/pkg/protocol"
 )
 
 // Index names. Every lookup a sync makes goes through the lister or one of these, never a walk
@@ -33,7 +34,7 @@ func nsName(namespace, name string) string { return namespace + "/" + name }
 // number.
 func snapshotsBySourcePVC(obj any) ([]string, error) {
 	vs, ok := obj.(*snapshotv1.VolumeSnapshot)
-	if !ok || vs.Spec.Source.PersistentVolumeClaimName == nil || isReady(vs) && vs.DeletionTimestamp == nil {
+	if !ok || vs.Spec.Source.PersistentVolumeClaimName == nil || protocol.Ready(vs) && vs.DeletionTimestamp == nil {
 		return nil, nil
 	}
 	return []string{nsName(vs.Namespace, *vs.Spec.Source.PersistentVolumeClaimName)}, nil

@@ -7,6 +7,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	kubefake "k8s.io/client-go/kubernetes/fake"
 	"k8s.io/client-go/tools/record"
+	"k8s.io/utils/ptr"
 
 	snapshotv1 "github.com/shutter-csi/shutter/client/apis/volumesnapshot/v1"
 	snapfake "github.com/shutter-csi/shutter/client/clientset/versioned/fake"
@@ -18,9 +19,9 @@ func TestSnapshotsBySourcePVC(t *testing.T) {
 	now := metav1.Now()
 	snapshot := func(ready, deleting bool) *snapshotv1.VolumeSnapshot {
 		vs := &snapshotv1.VolumeSnapshot{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "snap"},
-			Spec: snapshotv1.VolumeSnapshotSpec{Source: snapshotv1.VolumeSnapshotSource{PersistentVolumeClaimName: ptr("data")}}}
+			Spec: snapshotv1.VolumeSnapshotSpec{Source: snapshotv1.VolumeSnapshotSource{PersistentVolumeClaimName: ptr.To("data")}}}
 		if ready {
-			vs.Status = &snapshotv1.VolumeSnapshotStatus{ReadyToUse: ptr(true)}
+			vs.Status = &snapshotv1.VolumeSnapshotStatus{ReadyToUse: ptr.To(true)}
 		}
 		if deleting {
 			vs.DeletionTimestamp = &now
@@ -28,9 +29,9 @@ func TestSnapshotsBySourcePVC(t *testing.T) {
 		return vs
 	}
 	failed := snapshot(false, false)
-	failed.Status = &snapshotv1.VolumeSnapshotStatus{ReadyToUse: ptr(false), Error: &snapshotv1.VolumeSnapshotError{Message: ptr("claim not bound")}}
+	failed.Status = &snapshotv1.VolumeSnapshotStatus{ReadyToUse: ptr.To(false), Error: &snapshotv1.VolumeSnapshotError{Message: ptr.To("claim not bound")}}
 	preProvisioned := &snapshotv1.VolumeSnapshot{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "pre"},
-		Spec: snapshotv1.VolumeSnapshotSpec{Source: snapshotv1.VolumeSnapshotSource{VolumeSnapshotContentName: ptr("content")}}}
+		Spec: snapshotv1.VolumeSnapshotSpec{Source: snapshotv1.VolumeSnapshotSource{VolumeSnapshotContentName: ptr.To("content")}}}
 	for _, tc := range []struct {
 		name string
 		vs   *snapshotv1.VolumeSnapshot
@@ -55,7 +56,7 @@ func TestSnapshotsBySourcePVC(t *testing.T) {
 // factories (a restart in tests, a new term as leader), gets informers of its own: adding its
 // indexers must not find the first controller's there.
 func TestNewOnFreshFactoriesAgain(t *testing.T) {
-	clients := Clients{Kube: kubefake.NewClientset(), Snapshots: snapfake.NewSimpleClientset()}
+	clients := Clients{Kube: kubefake.NewClientset(), Snapshots: snapfake.NewClientset()}
 	for i := range 2 {
 		kubeInformers, snapInformers := InformerFactories(clients)
 		if _, err := New(clients, kubeInformers, snapInformers, record.NewFakeRecorder(10), Options{}); err != nil {

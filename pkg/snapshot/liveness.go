@@ -144,9 +144,8 @@ func (c *Controller) waitingContents(now time.Time) map[string][]*snapshotv1.Vol
 		case content.DeletionTimestamp != nil:
 			since, waits = content.DeletionTimestamp.Time, kube.HasFinalizer(content, protocol.ContentBoundFinalizer)
 		default:
-			st := content.Status
-			ready, failed := st != nil && st.ReadyToUse != nil && *st.ReadyToUse, st != nil && st.Error != nil
-			waits = !ready && !failed && content.Annotations[protocol.AnnGroupSnapshotHandle] == ""
+			ready, failed := protocol.Report(content)
+			waits = !ready && failed == nil && content.Annotations[protocol.AnnGroupSnapshotHandle] == ""
 		}
 		if waits && now.Sub(since) > c.liveness.threshold {
 			out[content.Spec.Driver] = append(out[content.Spec.Driver], content)

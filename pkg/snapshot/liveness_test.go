@@ -14,6 +14,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/tools/cache"
 	clocktesting "k8s.io/utils/clock/testing"
+	"k8s.io/utils/ptr"
 
 	snapshotv1 "github.com/shutter-csi/shutter/client/apis/volumesnapshot/v1"
 )
@@ -24,7 +25,7 @@ func TestSidecarLiveness(t *testing.T) {
 	leaseIn := func(ns, name string, renewedAgo time.Duration) *coordinationv1.Lease {
 		renewed := metav1.NewMicroTime(now.Add(-renewedAgo))
 		return &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns},
-			Spec: coordinationv1.LeaseSpec{HolderIdentity: ptr("pod-0"), LeaseDurationSeconds: ptr(int32(15)), RenewTime: &renewed}}
+			Spec: coordinationv1.LeaseSpec{HolderIdentity: ptr.To("pod-0"), LeaseDurationSeconds: ptr.To(int32(15)), RenewTime: &renewed}}
 	}
 	// The driver's sidecar runs in driver-ns, whose ServiceAccount may write contents.
 	lease := func(name string, renewedAgo time.Duration) *coordinationv1.Lease {
@@ -34,7 +35,7 @@ func TestSidecarLiveness(t *testing.T) {
 		return func(c *snapshotv1.VolumeSnapshotContent) { c.CreationTimestamp = metav1.NewTime(now.Add(-d)) }
 	}
 	deletedAgo := func(d time.Duration) func(*snapshotv1.VolumeSnapshotContent) {
-		return func(c *snapshotv1.VolumeSnapshotContent) { c.DeletionTimestamp = ptr(metav1.NewTime(now.Add(-d))) }
+		return func(c *snapshotv1.VolumeSnapshotContent) { c.DeletionTimestamp = ptr.To(metav1.NewTime(now.Add(-d))) }
 	}
 	tests := []struct {
 		name    string
@@ -49,12 +50,12 @@ func TestSidecarLiveness(t *testing.T) {
 			wantMetric: `shutter_snapshot_contents_without_sidecar{driver="d.example.com"} 1`},
 		{name: "expired lease", content: newContent("c", waited(10*time.Minute)),
 			leases:     []*coordinationv1.Lease{lease("shutter-snapshotter-d.example.com", 7*time.Minute)},
-			wantEvent:  "no sidecar of that driver holds a live Lease (shutter-snapshotter-d.example.com or external-snapshotter-leader-d-example-com;",
+			wantEvent:  "no sidecar of that driver holds a live Lease (external-snapshotter-leader-d-example-com or shutter-snapshotter-d.example.com;",
 			wantMetric: `shutter_snapshot_contents_without_sidecar{driver="d.example.com"} 1`},
-		{name: "live Shutter sidecar", content: newContent("c", waited(10*time.Minute)),
+		{name: "live sidecar of an older Shutter", content: newContent("c", waited(10*time.Minute)),
 			leases:     []*coordinationv1.Lease{lease("shutter-snapshotter-d.example.com", 3*time.Second)},
 			wantMetric: `shutter_snapshot_contents_without_sidecar{driver="d.example.com"} 0`},
-		{name: "live reference sidecar", content: newContent("c", waited(10*time.Minute)),
+		{name: "live sidecar (Shutter's or the reference)", content: newContent("c", waited(10*time.Minute)),
 			leases:     []*coordinationv1.Lease{lease("external-snapshotter-leader-d-example-com", 3*time.Second)},
 			wantMetric: `shutter_snapshot_contents_without_sidecar{driver="d.example.com"} 0`},
 		{name: "waited less than the threshold", content: newContent("c", waited(time.Minute))},

@@ -4,6 +4,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/shutter-csi/shutter/pkg/metrics"
+	"github.com/shutter-csi/shutter/pkg/protocol"
 )
 
 // gauges reports, at each scrape, how many snapshots are not ready, failed, or being deleted,
@@ -43,7 +44,7 @@ func (g *gauges) Collect(ch chan<- prometheus.Metric) {
 			deleting++
 		case vs.Status != nil && vs.Status.Error != nil:
 			failed++
-		case !isReady(vs):
+		case !protocol.Ready(vs):
 			notReady++
 		}
 	}

@@ -6,6 +6,8 @@ import (
 	"testing"
 	"time"
 
+	"k8s.io/utils/ptr"
+
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
@@ -16,7 +18,7 @@ import (
 
 func TestGauges(t *testing.T) {
 	ready := newSnapshot(func(vs *snapshotv1.VolumeSnapshot) {
-		vs.Name, vs.Status = "ready", &snapshotv1.VolumeSnapshotStatus{ReadyToUse: ptr(true)}
+		vs.Name, vs.Status = "ready", &snapshotv1.VolumeSnapshotStatus{ReadyToUse: ptr.To(true)}
 	})
 	failed := newSnapshot(func(vs *snapshotv1.VolumeSnapshot) {
 		vs.Name, vs.Status = "failed", &snapshotv1.VolumeSnapshotStatus{Error: &snapshotv1.VolumeSnapshotError{}}

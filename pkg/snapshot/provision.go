@@ -9,6 +9,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/tools/cache"
+	"k8s.io/utils/ptr"
 
 	snapshotv1 "github.com/shutter-csi/shutter/client/apis/volumesnapshot/v1"
 	"github.com/shutter-csi/shutter/pkg/kube"
@@ -129,8 +130,8 @@ func (k *snapshotKind) newContent(vs *snapshotv1.VolumeSnapshot, pvc *corev1.Per
 			VolumeSnapshotRef:       snapshotRef(singleKeys, vs),
 			DeletionPolicy:          class.DeletionPolicy,
 			Driver:                  class.Driver,
-			VolumeSnapshotClassName: ptr(class.Name),
-			Source:                  snapshotv1.VolumeSnapshotContentSource{VolumeHandle: ptr(pv.Spec.CSI.VolumeHandle)},
+			VolumeSnapshotClassName: ptr.To(class.Name),
+			Source:                  snapshotv1.VolumeSnapshotContentSource{VolumeHandle: ptr.To(pv.Spec.CSI.VolumeHandle)},
 		},
 	}
 	if k.preventVolumeModeConversion {
@@ -226,5 +227,5 @@ func (k *snapshotKind) releaseClaim(ctx context.Context, vs *snapshotv1.VolumeSn
 
 // beingTaken tells whether the backend may still be cutting the snapshot from its claim.
 func beingTaken(vs *snapshotv1.VolumeSnapshot) bool {
-	return vs.DeletionTimestamp == nil && !isReady(vs) && (vs.Status == nil || vs.Status.Error == nil)
+	return vs.DeletionTimestamp == nil && !protocol.Ready(vs) && (vs.Status == nil || vs.Status.Error == nil)
 }

@@ -2,12 +2,15 @@ package snapshot
 
 import (
 	"context"
+	"fmt"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/listers"
+	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/record"
 	"k8s.io/klog/v2"
 	"k8s.io/utils/clock"
@@ -42,6 +45,12 @@ type kind[S kube.Object[S], C kube.Object[C]] interface {
 	// its content c (and, for a group, its members' readiness) implies.
 	withError(s S, e *snapshotv1.VolumeSnapshotError) S
 	withStatus(s S, c C, membersReady bool) S
+	// contentFailure is the Warning event reason of a snapshot whose content reports an error,
+	// which is then also counted as a failed create; ok is false where such an error shows in
+	// status only.
+	contentFailure() (reason string, ok bool)
+	// inputFailureCounts tells whether bad input (fail) counts as a failed create.
+	inputFailureCounts() bool
 	// finalizers are the snapshot's finalizers while bound to a content with policy.
 	finalizers(policy snapshotv1.DeletionPolicy) []string
 	// withClass returns s with class recorded as its class, and whether that changed it.
@@ -59,8 +68,9 @@ type kind[S kube.Object[S], C kube.Object[C]] interface {
 	// bound runs the steps of a bound snapshot before its status is written and tells whether
 	// its members (for a group) are ready.
 	bound(ctx context.Context, s S, c C) (bool, error)
-	// statusWritten learns of a status the controller wrote, which raises no event.
-	statusWritten(s S)
+	// changed learns of a change to s: one the informer delivered, or a status the controller
+	// wrote, which raises no event.
+	changed(s S)
 	// afterBound runs after a bound snapshot's status is current.
 	afterBound(ctx context.Context, s S) error
 	// finalizing runs first when s is being deleted: it returns the finalizers of s to drop now,
@@ -99,6 +109,8 @@ type kindKeys struct {
 	snapshotKind, contentKind, apiVersion string
 	// snapshotQueue and contentQueue name the queues and the objects in logs.
 	snapshotQueue, contentQueue string
+	// snapshotResource and contentResource name the kinds in the listers' NotFound errors.
+	snapshotResource, contentResource schema.GroupResource
 	// defaultContent is the content name of a dynamic snapshot with uid.
 	defaultContent func(uid types.UID) string
 	// contentFinalizer is the content's bound-protection finalizer; beingCreated and
@@ -111,13 +123,8 @@ type kindKeys struct {
 	secretName, secretNamespace string
 	// Event reasons.
 	reasonContentMissing, reasonBindingInvalid, reasonReady, readyMessage string
-	// reasonContentFailed, when set, is the Warning event of a snapshot whose content reports an
-	// error, which is also counted as a failed operation; groups show such errors in status only.
-	reasonContentFailed string
-	// opCreate and opDelete are the operations in metrics; countInputFailures counts a bad-input
-	// failure as a failed create (groups do, single snapshots count only backend errors).
+	// opCreate and opDelete are the operations in metrics.
 	opCreate, opDelete string
-	countInputFailures bool
 	// upstream names the operations in the upstream image's metrics.
 	upstream upstreamOps
 }
@@ -161,12 +168,94 @@ type reconciler[S kube.Object[S], C kube.Object[C]] struct {
 	snapshotQueue, contentQueue *controller.Queue[controller.Key]
 }
 
-// onSnapshot queues a changed snapshot and the content it names.
+// tuning is what a pair of kinds decides about its queues and its status writes. Each pair
+// decides it explicitly where it is built (New, newGroups).
+type tuning struct {
+	// urgentFirst makes the snapshot queue take the snapshots whose next sync likely finishes
+	// them (nearlyDone) before the others.
+	urgentFirst bool
+	// pacedStart queues each snapshot and content of the informers' first list by itself, paced
+	// (AddPaced), and nothing for the classes then: every object is queued by its own first list
+	// anyway, and after a restart with thousands of objects this halves the backlog a new object
+	// waits behind (controller.HandlerWithInitialList). Without it the first list is handled as
+	// any change.
+	pacedStart bool
+	// statusGrace is how long a new content's status waits for the sidecar's first report.
+	statusGrace time.Duration
+}
+
+// pair is what a reconciler of one pair of kinds is built from.
+type pair[S kube.Object[S], C kube.Object[C]] struct {
+	kind kind[S, C]
+	// snapshots and contents write the two kinds.
+	snapshots *kube.Writer[S]
+	contents  *kube.Writer[C]
+	// The informers of the snapshots, the contents and the classes.
+	snapshotInformer, contentInformer, classInformer cache.SharedIndexInformer
+	tuning
+}
+
+// newReconciler builds the reconciler of p with the controller's settings and adds its handlers
+// to p's informers; it returns their HasSynced.
+func newReconciler[S kube.Object[S], C kube.Object[C]](c *Controller, p pair[S, C]) (*reconciler[S, C], []cache.InformerSynced, error) {
+	keys := p.kind.keys()
+	r := &reconciler[S, C]{kind: p.kind, keys: keys, snapshots: p.snapshots, contents: p.contents,
+		snapshotLister: listers.New[S](p.snapshotInformer.GetIndexer(), keys.snapshotResource),
+		contentLister:  listers.New[C](p.contentInformer.GetIndexer(), keys.contentResource),
+		recorder:       c.recorder, clock: c.clock, readyEvents: c.opts.ReadyEvents, statusGrace: p.statusGrace}
+	if p.urgentFirst {
+		r.snapshotQueue = controller.NewUrgentFirstQueue(keys.snapshotQueue, c.opts.Retry, r.syncSnapshotKey, r.nearlyDone)
+	} else {
+		r.snapshotQueue = controller.NewQueue(keys.snapshotQueue, c.opts.Retry, r.syncSnapshotKey)
+	}
+	r.contentQueue = controller.NewQueue(keys.contentQueue, c.opts.Retry, r.syncContentKey)
+
+	onClass := func(metav1.Object) { r.requeueUnbound() }
+	// What the informers' first list does with each object.
+	firstSnapshot, firstContent, firstClass := r.onSnapshot, r.onContent, onClass
+	if p.pacedStart {
+		firstSnapshot = func(s S) { r.snapshotQueue.AddPaced(controller.KeyOf(s)) }
+		firstContent = func(c C) { r.contentQueue.AddPaced(controller.KeyOf(c)) }
+		firstClass = func(metav1.Object) {}
+	}
+	var synced []cache.InformerSynced
+	for _, h := range []struct {
+		informer cache.SharedIndexInformer
+		handler  cache.ResourceEventHandler
+	}{
+		{p.snapshotInformer, controller.HandlerWithInitialList(p.snapshots.Cache(), r.onSnapshot, firstSnapshot)},
+		{p.contentInformer, controller.HandlerWithInitialList(p.contents.Cache(), r.onContent, firstContent)},
+		{p.classInformer, controller.HandlerWithInitialList(nil, onClass, firstClass)},
+	} {
+		if _, err := h.informer.AddEventHandler(h.handler); err != nil {
+			return nil, nil, fmt.Errorf("add event handler: %w", err)
+		}
+		synced = append(synced, h.informer.HasSynced)
+	}
+	return r, synced, nil
+}
+
+// onSnapshot queues a changed snapshot and the content it names, and tells the kind.
 func (r *reconciler[S, C]) onSnapshot(s S) {
 	r.snapshotQueue.Add(controller.KeyOf(s))
 	if name := r.contentName(s); name != "" {
 		r.contentQueue.Add(controller.Key{Name: name})
 	}
+	r.kind.changed(s)
+}
+
+// nearlyDone tells whether a snapshot's next sync is likely to finish it: it is not ready yet and
+// the sidecar has reported on its content. Such keys are taken before new snapshots, so that in a
+// burst each snapshot is done soon after its backend snapshot is, instead of after every other
+// snapshot's first steps. A content without a report is not urgent: looking at it early would
+// only write a not-ready status that the report then replaces.
+func (r *reconciler[S, C]) nearlyDone(key controller.Key) bool {
+	s, err := r.cachedSnapshot(key.Namespace, key.Name)
+	if err != nil || s.GetDeletionTimestamp() != nil || r.kind.state(s).ready {
+		return false
+	}
+	c, found, err := r.contentOf(s)
+	return err == nil && found && r.kind.info(c).reported
 }
 
 // onContent queues a changed content and the snapshot it points at.
@@ -266,18 +355,18 @@ func (r *reconciler[S, C]) contentName(s S) string {
 	return r.keys.defaultContent(s.GetUID())
 }
 
-// contentOf returns s's content, from the lister or, when this controller created it and the
-// informer has not seen it yet, from the own-write cache; found is false when it does not exist.
+// contentOf returns s's content; found is false when it does not exist.
 func (r *reconciler[S, C]) contentOf(s S) (c C, found bool, err error) {
-	name := r.contentName(s)
-	c, err = r.contentLister.Get(name)
-	if apierrors.IsNotFound(err) {
-		c, found = r.contents.Cache().Get(controller.Key{Name: name})
-		return c, found, nil
-	} else if err != nil {
-		return c, false, err
-	}
-	return r.contents.Cache().Latest(c), true, nil
+	return lookup(r.contentLister, r.contents, controller.Key{Name: r.contentName(s)})
+}
+
+// lookup returns the newest copy of the object at key: the lister's, made current by w's own
+// writes, or, when this controller created it and the informer has not delivered it yet, w's
+// own; found is false when neither has it (controller.Writes.Lookup).
+func lookup[T kube.Object[T]](lister listers.ResourceIndexer[T], w *kube.Writer[T], key controller.Key) (T, bool, error) {
+	return w.Cache().Lookup(key, func(key controller.Key) (T, error) {
+		return listers.NewNamespaced(lister, key.Namespace).Get(key.Name)
+	})
 }
 
 // driverOf is the driver of s's content, or of its class before the content exists.

@@ -210,7 +210,7 @@ func enableGroupsWhenServed(ctx context.Context, kubeClient kubernetes.Interface
 	logger := klog.FromContext(ctx)
 	want := []string{"volumegroupsnapshots", "volumegroupsnapshotcontents", "volumegroupsnapshotclasses"}
 	err := kube.WaitServed(ctx, kubeClient.Discovery(), groupv1.SchemeGroupVersion.String(), want, kube.Poll{
-		Interval: groupCRDPoll,
+		Interval: kube.GroupCRDPoll,
 		OnMissing: func(missing []string, _ error, retryIn time.Duration) {
 			logger.Info("Group snapshot CRDs are not installed; serving single snapshots only and checking again later",
 				"missing", missing, "retryIn", retryIn)

@@ -12,6 +12,7 @@ import (
 	corelisters "k8s.io/client-go/listers/core/v1"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/klog/v2"
+	"k8s.io/utils/ptr"
 
 	snapshotv1 "github.com/shutter-csi/shutter/client/apis/volumesnapshot/v1"
 	clientset "github.com/shutter-csi/shutter/client/clientset/versioned"
@@ -42,11 +43,12 @@ type singleReconciler = reconciler[*snapshotv1.VolumeSnapshot, *snapshotv1.Volum
 var singleKeys = kindKeys{
 	snapshotKind: "VolumeSnapshot", contentKind: "VolumeSnapshotContent", apiVersion: snapshotv1.SchemeGroupVersion.String(),
 	snapshotQueue: "volumesnapshot", contentQueue: "volumesnapshotcontent", defaultContent: protocol.ContentName,
+	snapshotResource: snapshotv1.Resource("volumesnapshots"), contentResource: snapshotv1.Resource("volumesnapshotcontents"),
 	contentFinalizer: protocol.ContentBoundFinalizer, beingCreated: protocol.AnnBeingCreated, beingDeleted: protocol.AnnBeingDeleted,
 	classKind: "VolumeSnapshotClass", secret: protocol.SnapshotterSecret,
 	secretName: protocol.AnnDeletionSecretName, secretNamespace: protocol.AnnDeletionSecretNamespace,
 	reasonContentMissing: ReasonContentMissing, reasonBindingInvalid: ReasonBindingInvalid,
-	reasonReady: ReasonSnapshotReady, readyMessage: "Snapshot is ready to use", reasonContentFailed: ReasonSnapshotFailed,
+	reasonReady: ReasonSnapshotReady, readyMessage: "Snapshot is ready to use",
 	opCreate: metrics.OperationCreate, opDelete: metrics.OperationDelete, upstream: singleUpstreamOps,
 }
 
@@ -84,14 +86,14 @@ func (*snapshotKind) state(vs *snapshotv1.VolumeSnapshot) snapshotState {
 	if st == nil {
 		return snapshotState{}
 	}
-	return snapshotState{reported: true, content: deref(st.BoundVolumeSnapshotContentName), ready: deref(st.ReadyToUse), err: st.Error,
+	return snapshotState{reported: true, content: ptr.Deref(st.BoundVolumeSnapshotContentName, ""), ready: protocol.Ready(vs), err: st.Error,
 		created: st.CreationTime != nil}
 }
 
 func (*snapshotKind) status(vs *snapshotv1.VolumeSnapshot) any { return vs.Status }
 
 func (*snapshotKind) sourceContent(vs *snapshotv1.VolumeSnapshot) string {
-	return deref(vs.Spec.Source.VolumeSnapshotContentName)
+	return ptr.Deref(vs.Spec.Source.VolumeSnapshotContentName, "")
 }
 
 // waitsForContent: a new group member's content is created by its group.
@@ -104,7 +106,7 @@ func (*snapshotKind) withError(vs *snapshotv1.VolumeSnapshot, e *snapshotv1.Volu
 	if updated.Status == nil {
 		updated.Status = &snapshotv1.VolumeSnapshotStatus{}
 	}
-	updated.Status.Error, updated.Status.ReadyToUse = e, ptr(false)
+	updated.Status.Error, updated.Status.ReadyToUse = e, ptr.To(false)
 	return updated
 }
 
@@ -116,7 +118,7 @@ func (*snapshotKind) withStatus(vs *snapshotv1.VolumeSnapshot, content *snapshot
 
 // desiredStatus is vs's status as its bound content reports it.
 func desiredStatus(vs *snapshotv1.VolumeSnapshot, content *snapshotv1.VolumeSnapshotContent) *snapshotv1.VolumeSnapshotStatus {
-	want := &snapshotv1.VolumeSnapshotStatus{BoundVolumeSnapshotContentName: ptr(content.Name)}
+	want := &snapshotv1.VolumeSnapshotStatus{BoundVolumeSnapshotContentName: ptr.To(content.Name)}
 	if vs.Status != nil {
 		want.VolumeGroupSnapshotName = vs.Status.VolumeGroupSnapshotName
 	}
@@ -125,12 +127,12 @@ func desiredStatus(vs *snapshotv1.VolumeSnapshot, content *snapshotv1.VolumeSnap
 	}
 	st := content.Status
 	if st == nil {
-		want.ReadyToUse = ptr(false)
+		want.ReadyToUse = ptr.To(false)
 		return want
 	}
-	want.ReadyToUse = ptr(st.ReadyToUse != nil && *st.ReadyToUse)
+	want.ReadyToUse = ptr.To(protocol.Ready(content))
 	if st.CreationTime != nil {
-		want.CreationTime = ptr(metav1.NewTime(time.Unix(0, *st.CreationTime).UTC().Truncate(time.Second)))
+		want.CreationTime = ptr.To(metav1.NewTime(time.Unix(0, *st.CreationTime).UTC().Truncate(time.Second)))
 	}
 	if st.RestoreSize != nil {
 		want.RestoreSize = resource.NewQuantity(*st.RestoreSize, resource.BinarySI)
@@ -140,6 +142,13 @@ func desiredStatus(vs *snapshotv1.VolumeSnapshot, content *snapshotv1.VolumeSnap
 	}
 	return want
 }
+
+// contentFailure: a content's error is a SnapshotFailed Warning on its snapshot, and a failed
+// create.
+func (*snapshotKind) contentFailure() (string, bool) { return ReasonSnapshotFailed, true }
+
+// inputFailureCounts: bad input is not counted as a failed create; only the backend's errors are.
+func (*snapshotKind) inputFailureCounts() bool { return false }
 
 // finalizers: the as-source finalizer, and the bound one for a Delete policy.
 func (*snapshotKind) finalizers(policy snapshotv1.DeletionPolicy) []string {
@@ -180,12 +189,9 @@ func (*snapshotKind) bound(context.Context, *snapshotv1.VolumeSnapshot, *snapsho
 	return true, nil
 }
 
-// statusWritten wakes the group of a member: its readiness follows its members', and the
+// changed wakes the group of a member: its readiness follows its members', and the
 // controller's own writes raise no event.
-func (k *snapshotKind) statusWritten(vs *snapshotv1.VolumeSnapshot) { k.onMember(vs) }
-
-// onMember wakes the group of a member snapshot that changed.
-func (k *snapshotKind) onMember(vs *snapshotv1.VolumeSnapshot) {
+func (k *snapshotKind) changed(vs *snapshotv1.VolumeSnapshot) {
 	if g := k.groups.Load(); g != nil {
 		if name := groupOf(vs); name != "" {
 			g.r.snapshotQueue.Add(controller.Key{Namespace: vs.Namespace, Name: name})

@@ -6,6 +6,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
 
 	snapshotv1 "github.com/shutter-csi/shutter/client/apis/volumesnapshot/v1"
 )
@@ -25,12 +26,12 @@ func TestDesiredStatus(t *testing.T) {
 			return *s.BoundVolumeSnapshotContentName == "snapcontent-1" && !*s.ReadyToUse && s.CreationTime == nil
 		}},
 		{"ready content: time in seconds, size as a quantity", contentWith(&snapshotv1.VolumeSnapshotContentStatus{
-			ReadyToUse: ptr(true), CreationTime: ptr(created.UnixNano()), RestoreSize: ptr(int64(10 << 30)),
+			ReadyToUse: ptr.To(true), CreationTime: ptr.To(created.UnixNano()), RestoreSize: ptr.To(int64(10 << 30)),
 		}), func(s *snapshotv1.VolumeSnapshotStatus) bool {
 			return *s.ReadyToUse && s.CreationTime.Time.Equal(created.Truncate(time.Second)) && s.RestoreSize.String() == "10Gi"
 		}},
 		{"content error is mirrored", contentWith(&snapshotv1.VolumeSnapshotContentStatus{
-			Error: &snapshotv1.VolumeSnapshotError{Message: ptr("backend full")},
+			Error: &snapshotv1.VolumeSnapshotError{Message: ptr.To("backend full")},
 		}), func(s *snapshotv1.VolumeSnapshotStatus) bool {
 			return !*s.ReadyToUse && *s.Error.Message == "backend full"
 		}},
@@ -38,7 +39,7 @@ func TestDesiredStatus(t *testing.T) {
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			vs := &snapshotv1.VolumeSnapshot{Status: &snapshotv1.VolumeSnapshotStatus{
-				VolumeGroupSnapshotName: ptr("group"), Error: &snapshotv1.VolumeSnapshotError{Message: ptr("old")},
+				VolumeGroupSnapshotName: ptr.To("group"), Error: &snapshotv1.VolumeSnapshotError{Message: ptr.To("old")},
 			}}
 			got := desiredStatus(vs, tc.content)
 			if !tc.check(got) {
@@ -62,8 +63,8 @@ func TestBeingTaken(t *testing.T) {
 		want bool
 	}{
 		{"new", snapshotv1.VolumeSnapshot{}, true},
-		{"not ready", snapshotv1.VolumeSnapshot{Status: &snapshotv1.VolumeSnapshotStatus{ReadyToUse: ptr(false)}}, true},
-		{"ready", snapshotv1.VolumeSnapshot{Status: &snapshotv1.VolumeSnapshotStatus{ReadyToUse: ptr(true)}}, false},
+		{"not ready", snapshotv1.VolumeSnapshot{Status: &snapshotv1.VolumeSnapshotStatus{ReadyToUse: ptr.To(false)}}, true},
+		{"ready", snapshotv1.VolumeSnapshot{Status: &snapshotv1.VolumeSnapshotStatus{ReadyToUse: ptr.To(true)}}, false},
 		{"failed", snapshotv1.VolumeSnapshot{Status: &snapshotv1.VolumeSnapshotStatus{Error: &snapshotv1.VolumeSnapshotError{}}}, false},
 		{"deleting", snapshotv1.VolumeSnapshot{ObjectMeta: metav1.ObjectMeta{DeletionTimestamp: &now}}, false},
 	}

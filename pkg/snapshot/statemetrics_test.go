@@ -11,6 +11,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	clocktesting "k8s.io/utils/clock/testing"
+	"k8s.io/utils/ptr"
 
 	snapshotv1 "github.com/shutter-csi/shutter/client/apis/volumesnapshot/v1"
 )
@@ -27,16 +28,16 @@ func TestStateMetrics(t *testing.T) {
 	other.Driver = "other.example.com"
 	failedMsg := "boom"
 	objs := []runtime.Object{
-		newSnapshot(named("ready", time.Hour), boundTo("c-ready"), func(vs *snapshotv1.VolumeSnapshot) { vs.Status.ReadyToUse = ptr(true) }),
+		newSnapshot(named("ready", time.Hour), boundTo("c-ready"), func(vs *snapshotv1.VolumeSnapshot) { vs.Status.ReadyToUse = ptr.To(true) }),
 		newContent("c-ready", readyContent),
-		newSnapshot(named("gold", 10*time.Minute), func(vs *snapshotv1.VolumeSnapshot) { vs.Spec.VolumeSnapshotClassName = ptr("gold") }),
+		newSnapshot(named("gold", 10*time.Minute), func(vs *snapshotv1.VolumeSnapshot) { vs.Spec.VolumeSnapshotClassName = ptr.To("gold") }),
 		other,
 		newSnapshot(named("failed", 20*time.Minute), boundTo("c-failed"), func(vs *snapshotv1.VolumeSnapshot) {
 			vs.Status.Error = &snapshotv1.VolumeSnapshotError{Message: &failedMsg}
 		}),
 		newContent("c-failed"),
 		newSnapshot(named("gone", time.Hour), deleting, func(vs *snapshotv1.VolumeSnapshot) {
-			vs.DeletionTimestamp = ptr(metav1.NewTime(now.Add(-3 * time.Minute)))
+			vs.DeletionTimestamp = ptr.To(metav1.NewTime(now.Add(-3 * time.Minute)))
 		}),
 		newSnapshot(named("new", 30*time.Second), boundTo("c-new")),
 		newContent("c-new"),

@@ -130,6 +130,7 @@ func (r *reconciler[S, C]) ensureFinalizers(ctx context.Context, s S, policy sna
 // became ready and, where the kind does, one whose content failed; driver is the content's.
 func (r *reconciler[S, C]) writeStatus(ctx context.Context, s, updated S, driver string) (S, error) {
 	before := r.kind.state(s)
+	failedReason, reportsFailure := r.kind.contentFailure()
 	if before.reported && equality.Semantic.DeepEqual(r.kind.status(s), r.kind.status(updated)) {
 		return s, nil
 	}
@@ -137,7 +138,7 @@ func (r *reconciler[S, C]) writeStatus(ctx context.Context, s, updated S, driver
 	if err != nil {
 		return s, err
 	}
-	r.kind.statusWritten(result)
+	r.kind.changed(result)
 	after := r.kind.state(result)
 	r.observeStatus(s, before, after, driver)
 	switch {
@@ -147,9 +148,9 @@ func (r *reconciler[S, C]) writeStatus(ctx context.Context, s, updated S, driver
 		if r.readyEvents {
 			r.recorder.Event(result, corev1.EventTypeNormal, r.keys.reasonReady, r.keys.readyMessage)
 		}
-	case r.keys.reasonContentFailed != "" && after.err != nil && before.err == nil && after.err.Message != nil:
+	case reportsFailure && after.err != nil && before.err == nil && after.err.Message != nil:
 		r.observe(r.keys.opCreate, metrics.StatusFailure, s.GetCreationTimestamp())
-		r.recorder.Event(result, corev1.EventTypeWarning, r.keys.reasonContentFailed, *after.err.Message)
+		r.recorder.Event(result, corev1.EventTypeWarning, failedReason, *after.err.Message)
 	}
 	return result, nil
 }
@@ -167,7 +168,7 @@ func (r *reconciler[S, C]) fail(ctx context.Context, s S, reason string, cause e
 	}
 	klog.FromContext(ctx).V(2).Info("Snapshot failed", "reason", reason, "err", msg)
 	r.recorder.Event(s, corev1.EventTypeWarning, reason, msg)
-	if r.keys.countInputFailures {
+	if r.kind.inputFailureCounts() {
 		r.observe(r.keys.opCreate, metrics.StatusFailure, s.GetCreationTimestamp())
 	}
 	return controller.Final(cause)

@@ -18,7 +18,9 @@ import (
 	"k8s.io/client-go/tools/record"
 	"k8s.io/utils/clock"
 	clocktesting "k8s.io/utils/clock/testing"
+	"k8s.io/utils/ptr"
 
+	groupv1 "github.com/shutter-csi/shutter/client/apis/volumegroupsnapshot/v1"
 	snapshotv1 "github.com/shutter-csi/shutter/client/apis/volumesnapshot/v1"
 	snapfake "github.com/shutter-csi/shutter/client/clientset/versioned/fake"
 	snapinformers "github.com/shutter-csi/shutter/client/informers/externalversions"
@@ -33,7 +35,7 @@ const testDriver = "d.example.com"
 func newSnapshot(opts ...func(*snapshotv1.VolumeSnapshot)) *snapshotv1.VolumeSnapshot {
 	vs := &snapshotv1.VolumeSnapshot{
 		ObjectMeta: metav1.ObjectMeta{Name: "snap", Namespace: "ns", UID: "vs-uid", ResourceVersion: "1"},
-		Spec:       snapshotv1.VolumeSnapshotSpec{Source: snapshotv1.VolumeSnapshotSource{PersistentVolumeClaimName: ptr("pvc")}},
+		Spec:       snapshotv1.VolumeSnapshotSpec{Source: snapshotv1.VolumeSnapshotSource{PersistentVolumeClaimName: ptr.To("pvc")}},
 	}
 	for _, o := range opts {
 		o(vs)
@@ -42,17 +44,17 @@ func newSnapshot(opts ...func(*snapshotv1.VolumeSnapshot)) *snapshotv1.VolumeSna
 }
 
 func preProvisioned(vs *snapshotv1.VolumeSnapshot) {
-	vs.Spec.Source = snapshotv1.VolumeSnapshotSource{VolumeSnapshotContentName: ptr("imported")}
+	vs.Spec.Source = snapshotv1.VolumeSnapshotSource{VolumeSnapshotContentName: ptr.To("imported")}
 }
 
 func deleting(vs *snapshotv1.VolumeSnapshot) {
-	vs.DeletionTimestamp = ptr(metav1.Now())
+	vs.DeletionTimestamp = ptr.To(metav1.Now())
 	vs.Finalizers = []string{protocol.SnapshotAsSourceFinalizer, protocol.SnapshotBoundFinalizer}
 }
 
 func boundTo(name string) func(*snapshotv1.VolumeSnapshot) {
 	return func(vs *snapshotv1.VolumeSnapshot) {
-		vs.Status = &snapshotv1.VolumeSnapshotStatus{BoundVolumeSnapshotContentName: ptr(name), ReadyToUse: ptr(false)}
+		vs.Status = &snapshotv1.VolumeSnapshotStatus{BoundVolumeSnapshotContentName: ptr.To(name), ReadyToUse: ptr.To(false)}
 		vs.Finalizers = []string{protocol.SnapshotAsSourceFinalizer, protocol.SnapshotBoundFinalizer}
 	}
 }
@@ -64,7 +66,7 @@ func newContent(name string, opts ...func(*snapshotv1.VolumeSnapshotContent)) *s
 		Spec: snapshotv1.VolumeSnapshotContentSpec{
 			VolumeSnapshotRef: corev1.ObjectReference{Namespace: "ns", Name: "snap", UID: "vs-uid"},
 			DeletionPolicy:    snapshotv1.VolumeSnapshotContentDelete, Driver: testDriver,
-			Source: snapshotv1.VolumeSnapshotContentSource{VolumeHandle: ptr("vol-1")},
+			Source: snapshotv1.VolumeSnapshotContentSource{VolumeHandle: ptr.To("vol-1")},
 		},
 	}
 	for _, o := range opts {
@@ -74,7 +76,7 @@ func newContent(name string, opts ...func(*snapshotv1.VolumeSnapshotContent)) *s
 }
 
 func readyContent(c *snapshotv1.VolumeSnapshotContent) {
-	c.Status = &snapshotv1.VolumeSnapshotContentStatus{SnapshotHandle: ptr("s-1"), ReadyToUse: ptr(true), RestoreSize: ptr(int64(1024))}
+	c.Status = &snapshotv1.VolumeSnapshotContentStatus{SnapshotHandle: ptr.To("s-1"), ReadyToUse: ptr.To(true), RestoreSize: ptr.To(int64(1024))}
 }
 
 func newClaim(opts ...func(*corev1.PersistentVolumeClaim)) *corev1.PersistentVolumeClaim {
@@ -127,7 +129,7 @@ func testControllerInformers(t *testing.T, objs ...runtime.Object) (*Controller,
 			snapObjs = append(snapObjs, o)
 		}
 	}
-	kube, snap := kubefake.NewClientset(kubeObjs...), snapfake.NewSimpleClientset(snapObjs...)
+	kube, snap := kubefake.NewClientset(kubeObjs...), snapfake.NewClientset(snapObjs...)
 	kf, sf := informers.NewSharedInformerFactory(kube, 0), snapinformers.NewSharedInformerFactory(snap, 0)
 	recorder := record.NewFakeRecorder(10)
 	c, err := New(Clients{Kube: kube, Snapshots: snap}, kf, sf, recorder, Options{PreventVolumeModeConversion: true})
@@ -147,6 +149,12 @@ func testControllerInformers(t *testing.T, objs ...runtime.Object) (*Controller,
 			err = kf.Core().V1().PersistentVolumeClaims().Informer().GetStore().Add(o)
 		case *corev1.PersistentVolume:
 			err = kf.Core().V1().PersistentVolumes().Informer().GetStore().Add(o)
+		case *groupv1.VolumeGroupSnapshot:
+			err = sf.Groupsnapshot().V1().VolumeGroupSnapshots().Informer().GetStore().Add(o)
+		case *groupv1.VolumeGroupSnapshotContent:
+			err = sf.Groupsnapshot().V1().VolumeGroupSnapshotContents().Informer().GetStore().Add(o)
+		case *groupv1.VolumeGroupSnapshotClass:
+			err = sf.Groupsnapshot().V1().VolumeGroupSnapshotClasses().Informer().GetStore().Add(o)
 		}
 		if err != nil {
 			t.Fatal(err)
@@ -228,7 +236,7 @@ func TestSyncSnapshotTransitions(t *testing.T) {
 			writes: "update volumesnapshots/status", outcome: "final", event: ReasonInvalidClass},
 		{name: "two default classes", vs: newSnapshot(), objs: with(newClass("other", true, nil)),
 			writes: "update volumesnapshots/status", outcome: "final", event: ReasonInvalidClass},
-		{name: "named class of another driver", vs: newSnapshot(func(vs *snapshotv1.VolumeSnapshot) { vs.Spec.VolumeSnapshotClassName = ptr("foreign") }),
+		{name: "named class of another driver", vs: newSnapshot(func(vs *snapshotv1.VolumeSnapshot) { vs.Spec.VolumeSnapshotClassName = ptr.To("foreign") }),
 			objs:   with(&snapshotv1.VolumeSnapshotClass{ObjectMeta: metav1.ObjectMeta{Name: "foreign"}, Driver: "other", DeletionPolicy: "Delete"}),
 			writes: "update volumesnapshots/status", outcome: "final", event: ReasonInvalidClass},
 		{name: "invalid secret template", vs: newSnapshot(), objs: []runtime.Object{newClaim(), newVolume(true), newClass("cls", true, map[string]string{
@@ -236,7 +244,7 @@ func TestSyncSnapshotTransitions(t *testing.T) {
 			writes: "update volumesnapshots/status", outcome: "final", event: ReasonInvalidSecret},
 		{name: "same error again writes nothing",
 			vs: newSnapshot(func(vs *snapshotv1.VolumeSnapshot) {
-				vs.Status = &snapshotv1.VolumeSnapshotStatus{Error: &snapshotv1.VolumeSnapshotError{Message: ptr("source PersistentVolumeClaim pvc does not exist")}}
+				vs.Status = &snapshotv1.VolumeSnapshotStatus{Error: &snapshotv1.VolumeSnapshotError{Message: ptr.To("source PersistentVolumeClaim pvc does not exist")}}
 			}), outcome: "final"},
 		{name: "content ready: status and event, claim released",
 			vs: newSnapshot(boundTo(protocol.ContentName("vs-uid"))),
@@ -267,7 +275,7 @@ func TestSyncSnapshotTransitions(t *testing.T) {
 		{name: "deleting while a claim restores from it waits",
 			vs: newSnapshot(boundTo(protocol.ContentName("vs-uid")), deleting), objs: with(newContent(protocol.ContentName("vs-uid"), readyContent),
 				&corev1.PersistentVolumeClaim{ObjectMeta: metav1.ObjectMeta{Name: "restore", Namespace: "ns"}, Spec: corev1.PersistentVolumeClaimSpec{
-					DataSource: &corev1.TypedLocalObjectReference{APIGroup: ptr(snapshotv1.GroupName), Kind: "VolumeSnapshot", Name: "snap"}},
+					DataSource: &corev1.TypedLocalObjectReference{APIGroup: ptr.To(snapshotv1.GroupName), Kind: "VolumeSnapshot", Name: "snap"}},
 					Status: corev1.PersistentVolumeClaimStatus{Phase: corev1.ClaimPending}})},
 		{name: "a group member is held by its group",
 			vs: newSnapshot(boundTo("m"), deleting, func(vs *snapshotv1.VolumeSnapshot) {
@@ -279,21 +287,33 @@ func TestSyncSnapshotTransitions(t *testing.T) {
 			c, kube, snap, recorder := testController(t, append([]runtime.Object{tc.vs}, tc.objs...)...)
 			c.singles.readyEvents = true
 			err := c.singles.syncSnapshot(context.Background(), tc.vs)
-			switch got := outcome(err); {
-			case got != tc.outcome:
-				t.Errorf("outcome %q (%v), want %q", got, err, tc.outcome)
-			}
-			got := writes(kube.Actions(), snap.Actions())
-			if strings.Join(got, ",") != tc.writes {
-				t.Errorf("writes:\n got %s\nwant %s", strings.Join(got, ","), tc.writes)
-			}
-			if n := counted(t, c); n != len(got) {
-				t.Errorf("the write layer counted %d writes, the API server got %d", n, len(got))
-			}
-			if tc.event != "" && !hasEvent(recorder, tc.event) {
-				t.Errorf("no %s event", tc.event)
-			}
+			checkSync(t, c, err, kube, snap, recorder, syncWant{outcome: tc.outcome, writes: tc.writes, event: tc.event})
 		})
+	}
+}
+
+// syncWant is what a sync is expected to do: its outcome ("", "final", "requeue"), its writes
+// (comma-separated, the core API's in order, then the snapshot API's in order) and a reason
+// among its events ("" for none in particular).
+type syncWant struct{ outcome, writes, event string }
+
+// checkSync checks a sync's outcome err, the writes the fake API servers got, that the write
+// layer counted each of them, and the events.
+func checkSync(t *testing.T, c *Controller, err error, kube *kubefake.Clientset, snap *snapfake.Clientset,
+	recorder *record.FakeRecorder, want syncWant) {
+	t.Helper()
+	if got := outcome(err); got != want.outcome {
+		t.Errorf("outcome %q (%v), want %q", got, err, want.outcome)
+	}
+	got := writes(kube.Actions(), snap.Actions())
+	if strings.Join(got, ",") != want.writes {
+		t.Errorf("writes:\n got %s\nwant %s", strings.Join(got, ","), want.writes)
+	}
+	if n := counted(t, c); n != len(got) {
+		t.Errorf("the write layer counted %d writes, the API server got %d", n, len(got))
+	}
+	if want.event != "" && !hasEvent(recorder, want.event) {
+		t.Errorf("no %s event", want.event)
 	}
 }
 

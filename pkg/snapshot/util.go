@@ -5,7 +5,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 
-	snapshotv1 "github.com/shutter-csi/shutter/client/apis/volumesnapshot/v1"
 	"github.com/shutter-csi/shutter/pkg/controller"
 )
 
@@ -29,19 +28,4 @@ func keys[T metav1.Object](list func(labels.Selector) ([]T, error)) []controller
 		out = append(out, controller.KeyOf(o))
 	}
 	return out
-}
-
-func isReady(vs *snapshotv1.VolumeSnapshot) bool {
-	return vs.Status != nil && vs.Status.ReadyToUse != nil && *vs.Status.ReadyToUse
-}
-
-func ptr[T any](v T) *T { return &v }
-
-// deref is *p, or the zero value when p is nil.
-func deref[T any](p *T) T {
-	if p == nil {
-		var zero T
-		return zero
-	}
-	return *p
 }

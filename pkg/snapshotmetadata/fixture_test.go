@@ -75,7 +75,7 @@ func newFixture(t testing.TB, change ...func(*Options, *smtest.Driver)) *fixture
 	if err != nil {
 		t.Fatal(err)
 	}
-	f.snapshots = fake.NewSimpleClientset(append(testSnapshots(),
+	f.snapshots = fake.NewClientset(append(testSnapshots(),
 		&cbtv1beta1.SnapshotMetadataService{ObjectMeta: metav1.ObjectMeta{Name: testDriver},
 			Spec: cbtv1beta1.SnapshotMetadataServiceSpec{Audience: testAudience, Address: lis.Addr().String(), CACert: certs.CA}})...)
 	ctx, cancel := context.WithCancel(context.Background())

@@ -27,6 +27,8 @@ func TestAllocatedAndDelta(t *testing.T) {
 	}{
 		{name: "allocated", req: changedblocks.Request{Token: tokenBackup, Snapshot: "a"},
 			want: [][2]int64{{0, 4096}, {1 << 20, 8192}, {512 << 20, 65536}}, batches: 2},
+		{name: "max_results 0 lets the driver choose", req: changedblocks.Request{Token: tokenBackup, Snapshot: "a", MaxResults: 0},
+			want: [][2]int64{{0, 4096}, {1 << 20, 8192}, {512 << 20, 65536}}, batches: 2},
 		{name: "allocated one per message", req: changedblocks.Request{Token: tokenBackup, Snapshot: "a", MaxResults: 1},
 			want: [][2]int64{{0, 4096}, {1 << 20, 8192}, {512 << 20, 65536}}, batches: 3},
 		{name: "allocated from an offset", req: changedblocks.Request{Token: tokenBackup, Snapshot: "a", StartingOffset: 2 << 20},
@@ -54,8 +56,8 @@ func TestAllocatedAndDelta(t *testing.T) {
 	if got := f.driver.LastSecrets(); got["password"] != "s3cret" {
 		t.Errorf("the driver got secrets %v, want the class's snapshotter secret", got)
 	}
-	if got := testutil.ToFloat64(f.metrics.calls.WithLabelValues(OpAllocated, "OK")); got != 4 {
-		t.Errorf("calls_total{MetadataAllocated,OK} = %v, want 4", got)
+	if got := testutil.ToFloat64(f.metrics.calls.WithLabelValues(OpAllocated, "OK")); got != 5 {
+		t.Errorf("calls_total{MetadataAllocated,OK} = %v, want 5", got)
 	}
 }
 

@@ -57,7 +57,7 @@ func (e *env) read(ctx context.Context) (*state, error) {
 	}
 	for _, g := range vgss.Items {
 		s.groups[g.Name] = true
-		s.groupOK[g.Name] = g.Status != nil && ptr.Deref(g.Status.ReadyToUse, false)
+		s.groupOK[g.Name] = protocol.Ready(&g)
 		s.noteDeleting("VolumeGroupSnapshot "+g.Name, g.ObjectMeta)
 	}
 	contents, err := e.snaps.SnapshotV1().VolumeSnapshotContents().List(ctx, metav1.ListOptions{})
@@ -200,13 +200,8 @@ func (s *state) contentChecks() []violation {
 }
 
 func readyOrInjected(vs snapshotv1.VolumeSnapshot) bool {
-	if vs.Status == nil {
-		return false
-	}
-	if ptr.Deref(vs.Status.ReadyToUse, false) {
-		return true
-	}
-	return vs.Status.Error != nil && strings.Contains(ptr.Deref(vs.Status.Error.Message, ""), finalMessage)
+	ready, err := protocol.Report(&vs)
+	return ready || err != nil && strings.Contains(ptr.Deref(err.Message, ""), finalMessage)
 }
 
 func describe(vs snapshotv1.VolumeSnapshot) string {

@@ -241,7 +241,7 @@ func (w *workload) waitProtected(ctx context.Context, claim, snapshot string) {
 			return
 		}
 		vs, err := w.e.snaps.SnapshotV1().VolumeSnapshots(namespace).Get(ctx, snapshot, metav1.GetOptions{})
-		if err == nil && vs.Status != nil && vs.Status.ReadyToUse != nil && *vs.Status.ReadyToUse {
+		if err == nil && protocol.Ready(vs) {
 			return
 		}
 		select {

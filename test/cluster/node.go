@@ -20,11 +20,32 @@ import (
 // NodeOptions configure the node that Start runs beside the control plane: containerd with the
 // runc shim and runc, kubelet and kube-scheduler, all from Options.BinDir. The node needs root
 // and runs hostNetwork pods only (its one CNI network is loopback); nothing is ever pulled, so
-// every image a pod uses must be imported first (Images) and be used with IfNotPresent.
+// every image a pod uses must be imported first (Images) and be used with pull policy Never.
+// containerd sends every pull to a loopback address (Registry) and pods resolve names through a
+// loopback name server, so a wrong image or host name fails on loopback.
 type NodeOptions struct {
 	// Images are OCI image-layout tars imported into the node's containerd (namespace k8s.io)
 	// before kubelet starts. The sandbox image is built and imported in any case.
 	Images []string
+	// Registry is the loopback host:port that containerd sends every image pull to, whatever
+	// registry the image names; empty means ClosedRegistry. A test sets it to a listener of its
+	// own to see a pull arrive there.
+	Registry string
+}
+
+// registry returns the loopback address of the node's registry, or an error for any other.
+func (o NodeOptions) registry() (string, error) {
+	if o.Registry == "" {
+		return ClosedRegistry, nil
+	}
+	host, _, err := net.SplitHostPort(o.Registry)
+	if err != nil {
+		return "", fmt.Errorf("node registry: %w", err)
+	}
+	if ip := net.ParseIP(host); ip == nil || !ip.IsLoopback() {
+		return "", fmt.Errorf("node registry %s: want a loopback address", o.Registry)
+	}
+	return o.Registry, nil
 }
 
 // NodeName is the node's name. It is its address too: kubelet refuses a loopback --node-ip, but
@@ -46,6 +67,10 @@ type nodePorts struct {
 // startNode starts containerd, kubelet and kube-scheduler and waits until the node is Ready.
 func (c *Cluster) startNode(ctx context.Context, opts Options, ports nodePorts) error {
 	name := NodeName
+	registry, err := opts.Node.registry()
+	if err != nil {
+		return err
+	}
 	p := newNodePaths(opts.Dir)
 	cgroup := nodeCgroup(opts.Dir)
 	c.node, c.KubeletDir = &p, p.kubeletRoot
@@ -64,7 +89,7 @@ func (c *Cluster) startNode(ctx context.Context, opts Options, ports nodePorts) 
 		return fmt.Errorf("sandbox image: %w", err)
 	}
 	settings := kubeletSettings{cgroupRoot: cgroup, port: ports.kubelet, healthzPort: ports.kubeletHealthz}
-	if err := writeNodeFiles(p, opts.Dir, opts.BinDir, PauseImage, settings); err != nil {
+	if err := writeNodeFiles(p, opts.Dir, opts.BinDir, PauseImage, registry, settings); err != nil {
 		return err
 	}
 	if err := writeKubeconfig(p.kubeconfig, c.URL, opts.Dir, "node"); err != nil {
@@ -244,8 +269,10 @@ func (c *Cluster) stopNode() error {
 
 // cleanNode puts the host back after the node of state folder dir, whether it stopped, crashed
 // or never ran: it kills every process left in the node's cgroup (containers, pause, shims),
-// removes the shims' sockets, detaches every mount under the node's folder, removes the
-// cgroups, kubelet's links to the node's pod logs, and gives back the node's hold on the sysctls.
+// removes the shims' sockets, detaches every mount under the node's folder and then the loop
+// devices of files under it (a block volume published when the node stopped keeps its device),
+// removes the cgroups, kubelet's links to the node's pod logs, and gives back the node's hold on
+// the sysctls.
 // A second call finds nothing to do.
 func cleanNode(dir string) error {
 	return errors.Join(cleanHost(dir), releaseSysctls(dir))
@@ -258,6 +285,7 @@ func cleanHost(dir string) error {
 	errs = append(errs, removeCgroup(nodeCgroup(dir)))
 	errs = append(errs, removeShimSockets(p))
 	errs = append(errs, unmountAll(p.dir))
+	errs = append(errs, detachLoops(p.dir))
 	errs = append(errs, removeLogLinks(p))
 	errs = append(errs, removeHostDirs(p))
 	return errors.Join(errs...)

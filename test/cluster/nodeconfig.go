@@ -15,6 +15,8 @@ type nodePaths struct {
 	containerdState  string
 	containerdSocket string
 	containerdConfig string
+	registryConfig   string // containerd's registry hosts folder (config_path)
+	resolvConf       string // the pods' resolv.conf
 	cniBin           string
 	cniConf          string
 	kubeletRoot      string
@@ -31,6 +33,8 @@ func newNodePaths(stateDir string) nodePaths {
 		containerdState:  filepath.Join(dir, "containerd", "state"),
 		containerdSocket: filepath.Join(dir, "containerd", "containerd.sock"),
 		containerdConfig: filepath.Join(dir, "containerd", "config.toml"),
+		registryConfig:   filepath.Join(dir, "containerd", "certs.d"),
+		resolvConf:       filepath.Join(dir, "resolv.conf"),
 		cniBin:           filepath.Join(dir, "cni", "bin"),
 		cniConf:          filepath.Join(dir, "cni", "net.d"),
 		kubeletRoot:      filepath.Join(dir, "kubelet"),
@@ -43,8 +47,14 @@ func newNodePaths(stateDir string) nodePaths {
 // maxSocketPath is the longest path a unix socket may have (sun_path holds 108 bytes).
 const maxSocketPath = 107
 
+// ClosedRegistry is where the node sends every image pull unless NodeOptions.Registry says
+// otherwise: a loopback port that only root could listen on and nothing does, so a pull of an
+// image the node does not hold fails at once, and on loopback.
+const ClosedRegistry = "127.0.0.1:1"
+
 // containerdConfig is containerd's configuration: everything under the node's folder, the CRI
-// with cgroupfs, the pinned sandbox image, and no pulls needed.
+// with cgroupfs, the pinned sandbox image, and registry hosts from the node's own folder (see
+// registryHosts), for the CRI's pulls and the transfer service's alike.
 func containerdConfig(p nodePaths, binDir, sandboxImage string) string {
 	q := strconv.Quote
 	return `version = 3
@@ -58,6 +68,11 @@ state = ` + q(p.containerdState) + `
   snapshotter = 'overlayfs'
   [plugins.'io.containerd.cri.v1.images'.pinned_images]
     sandbox = ` + q(sandboxImage) + `
+  [plugins.'io.containerd.cri.v1.images'.registry]
+    config_path = ` + q(p.registryConfig) + `
+
+[plugins.'io.containerd.transfer.v1.local']
+  config_path = ` + q(p.registryConfig) + `
 
 [plugins.'io.containerd.cri.v1.runtime']
   # The sandbox lacks CAP_SYS_RESOURCE: without this every pod sandbox fails to start.
@@ -85,6 +100,18 @@ state = ` + q(p.containerdState) + `
   disable = true
 `
 }
+
+// registryHosts is the hosts.toml of containerd's "_default" registry folder, which applies to
+// every registry that has no folder of its own (and none has): the registry's name is never
+// looked up, every request goes to the loopback address server instead, over plain HTTP.
+func registryHosts(server string) string {
+	return "# Every registry is this loopback address: the node never reaches the network.\n" +
+		"server = " + strconv.Quote("http://"+server) + "\n"
+}
+
+// resolvConf is the pods' resolv.conf (kubelet's resolvConf): a loopback name server, where
+// none listens, so a name that /etc/hosts does not hold fails on loopback too.
+const resolvConf = "nameserver 127.0.0.1\n"
 
 // loopbackConflist is the node's only network: loopback. It makes the runtime report its network
 // ready; pods run with hostNetwork.
@@ -134,17 +161,18 @@ func kubeletConfig(p nodePaths, stateDir string, s kubeletSettings) string {
 		"imageGCHighThresholdPercent: 100",
 		"imageGCLowThresholdPercent: 99",
 		"nodeStatusReportFrequency: 10s",
-		"resolvConf: /etc/resolv.conf",
+		"resolvConf: " + q(p.resolvConf),
 	}
 	return strings.Join(lines, "\n") + "\n"
 }
 
 // writeNodeFiles lays down the node's folders and configuration files.
-func writeNodeFiles(p nodePaths, stateDir, binDir, sandboxImage string, s kubeletSettings) error {
+func writeNodeFiles(p nodePaths, stateDir, binDir, sandboxImage, registry string, s kubeletSettings) error {
 	if n := len(p.containerdSocket); n > maxSocketPath {
 		return fmt.Errorf("state folder too deep: containerd's socket path would be %d bytes, at most %d work", n, maxSocketPath)
 	}
-	for _, d := range []string{p.containerdRoot, p.containerdState, p.cniBin, p.cniConf, p.kubeletRoot, p.podLogs} {
+	defaultHosts := filepath.Join(p.registryConfig, "_default")
+	for _, d := range []string{p.containerdRoot, p.containerdState, p.cniBin, p.cniConf, p.kubeletRoot, p.podLogs, defaultHosts} {
 		if err := os.MkdirAll(d, 0o700); err != nil {
 			return err
 		}
@@ -158,6 +186,8 @@ func writeNodeFiles(p nodePaths, stateDir, binDir, sandboxImage string, s kubele
 		p.containerdConfig: containerdConfig(p, binDir, sandboxImage),
 		filepath.Join(p.cniConf, "10-loopback.conflist"): loopbackConflist,
 		p.kubeletConfig: kubeletConfig(p, stateDir, s),
+		filepath.Join(defaultHosts, "hosts.toml"): registryHosts(registry),
+		p.resolvConf: resolvConf,
 	}
 	for path, content := range files {
 		if err := os.WriteFile(path, []byte(content), 0o600); err != nil {

@@ -1,6 +1,7 @@
 package dropin
 
 import (
+	"context"
 	"encoding/json"
 	"maps"
 	"net/http"
@@ -13,6 +14,9 @@ import (
 	dto "github.com/prometheus/client_model/go"
 	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
+	coordinationv1 "k8s.io/api/coordination/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
 
 	"github.com/shutter-csi/shutter/test/stack"
 	"github.com/shutter-csi/shutter/test/testenv"
@@ -30,6 +34,13 @@ func TestUpstreamRBAC(t *testing.T) {
 	side := component(t, "csi-snapshotter", "rbac-csi-snapshotter", sidecarArgs(sideAddr)...)
 	waitServing(t, ctrl, "http://"+ctrlAddr+"/healthz")
 	waitServing(t, side, "http://"+sideAddr+"/healthz")
+	// The sidecar leads on upstream's Lease, so swapping images in a Deployment keeps one leader.
+	upstreamLease := "external-snapshotter-leader-" + strings.ReplaceAll(driver, ".", "-")
+	testenv.WaitFor(t, "the sidecar to hold "+upstreamLease, readyTimeout, func(ctx context.Context) (*coordinationv1.Lease, error) {
+		return suite.kube.CoordinationV1().Leases(sidecarNS).Get(ctx, upstreamLease, metav1.GetOptions{})
+	}, func(l *coordinationv1.Lease) bool {
+		return l != nil && ptr.Deref(l.Spec.HolderIdentity, "") != ""
+	})
 	ns := testenv.Namespace(t, suite.kube)
 	snapshotLifecycle(t, ns)
 	groupLifecycle(t, ns)

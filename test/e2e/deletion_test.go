@@ -14,6 +14,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	groupv1 "github.com/shutter-csi/shutter/client/apis/volumegroupsnapshot/v1"
+	snapshotv1 "github.com/shutter-csi/shutter/client/apis/volumesnapshot/v1"
 	"github.com/shutter-csi/shutter/pkg/protocol"
 	"github.com/shutter-csi/shutter/test/stack"
 	"github.com/shutter-csi/shutter/test/testenv"
@@ -67,25 +68,21 @@ func TestGroupDeletionLoop(t *testing.T) {
 // group's finalizer.
 func waitMemberKept(t *testing.T, s *stack.Stack, ns, member string) {
 	t.Helper()
-	err := wait.PollUntilContextTimeout(context.Background(), 100*time.Millisecond, 30*time.Second, true, func(ctx context.Context) (bool, error) {
-		vs, err := s.Snapshots.SnapshotV1().VolumeSnapshots(ns).Get(ctx, member, metav1.GetOptions{})
-		if err != nil {
-			return false, err
+	testenv.WaitFor(t, "member "+member+" deleted alone kept by its group", 30*time.Second, func(ctx context.Context) (*snapshotv1.VolumeSnapshot, error) {
+		return s.Snapshots.SnapshotV1().VolumeSnapshots(ns).Get(ctx, member, metav1.GetOptions{})
+	}, func(vs *snapshotv1.VolumeSnapshot) bool {
+		if vs == nil {
+			t.Fatalf("member %s deleted alone is gone: its group did not keep it", member)
 		}
-		return vs.DeletionTimestamp != nil && slices.Contains(vs.Finalizers, protocol.SnapshotInGroupFinalizer), nil
+		return vs.DeletionTimestamp != nil && slices.Contains(vs.Finalizers, protocol.SnapshotInGroupFinalizer)
 	})
-	if err != nil {
-		t.Fatalf("member %s deleted alone is not kept by its group: %v", member, err)
-	}
 }
 
 // waitGroupGone waits until vgs, its members, their contents, its group content and its backend
 // snapshots are all gone, and names what is left if they are not.
 func waitGroupGone(t *testing.T, s *stack.Stack, vgs *groupv1.VolumeGroupSnapshot, ids, handles []string) {
 	t.Helper()
-	var left []string
-	err := wait.PollUntilContextTimeout(context.Background(), 200*time.Millisecond, 60*time.Second, true, func(ctx context.Context) (bool, error) {
-		left = nil
+	testenv.WaitFor(t, "group "+vgs.Name+" and all it holds gone", 60*time.Second, func(ctx context.Context) (left []string, err error) {
 		if _, err := s.Snapshots.GroupsnapshotV1().VolumeGroupSnapshots(vgs.Namespace).Get(ctx, vgs.Name, metav1.GetOptions{}); !apierrors.IsNotFound(err) {
 			left = append(left, "group "+vgs.Name)
 		}
@@ -102,18 +99,18 @@ func waitGroupGone(t *testing.T, s *stack.Stack, vgs *groupv1.VolumeGroupSnapsho
 		}
 		snaps, err := s.CSI.ListSnapshots(ctx)
 		if err != nil {
-			return false, err
+			return nil, err
 		}
 		for _, snap := range snaps {
 			if slices.Contains(handles, snap.GetSnapshotId()) {
 				left = append(left, "backend snapshot "+snap.GetSnapshotId())
 			}
 		}
-		return len(left) == 0, nil
-	})
-	if err != nil {
-		t.Fatalf("group %s wedged: left %v", vgs.Name, left)
-	}
+		if len(left) == 0 {
+			left = []string{} // read, and nothing left
+		}
+		return left, nil
+	}, func(left []string) bool { return left != nil && len(left) == 0 })
 }
 
 // oneClaimSnapshots is how many snapshots TestSnapshotsOfOneClaimTogether takes of one claim.
@@ -185,16 +182,13 @@ func watchReady(t *testing.T, s *stack.Stack, ns string) func(n int) []time.Time
 	}, 50*time.Millisecond)
 	return func(n int) []time.Time {
 		t.Helper()
-		err := wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, 3*readyTimeout, true, func(context.Context) (bool, error) {
+		testenv.WaitUntil(t, fmt.Sprintf("%d snapshots ready", n), 3*readyTimeout, func(context.Context) bool {
 			mu.Lock()
 			defer mu.Unlock()
-			return len(seen) >= n, nil
+			return len(seen) >= n
 		})
 		mu.Lock()
 		defer mu.Unlock()
-		if err != nil {
-			t.Fatalf("%d of %d snapshots ready: %v", len(seen), n, err)
-		}
 		var out []time.Time
 		for _, at := range seen {
 			out = append(out, at)
@@ -211,23 +205,20 @@ func deleteAll(t *testing.T, s *stack.Stack, ns, volume string) {
 	if err := snaps.DeleteCollection(context.Background(), metav1.DeleteOptions{}, metav1.ListOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	err := wait.PollUntilContextTimeout(context.Background(), 200*time.Millisecond, 2*readyTimeout, true, func(ctx context.Context) (bool, error) {
+	testenv.WaitUntil(t, "snapshots of "+volume+" all deleted", 2*readyTimeout, func(ctx context.Context) bool {
 		list, err := snaps.List(ctx, metav1.ListOptions{})
 		if err != nil || len(list.Items) > 0 {
-			return false, err
+			return false
 		}
 		backend, err := s.CSI.ListSnapshots(ctx)
 		if err != nil {
-			return false, err
+			return false
 		}
 		for _, snap := range backend {
 			if snap.GetSourceVolumeId() == volume {
-				return false, nil
+				return false
 			}
 		}
-		return true, nil
+		return true
 	})
-	if err != nil {
-		t.Fatalf("snapshots of %s not all deleted: %v", volume, err)
-	}
 }

@@ -4,11 +4,9 @@ import (
 	"context"
 	"strings"
 	"testing"
-	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/util/retry"
 	"k8s.io/utils/ptr"
 
@@ -73,18 +71,15 @@ func TestGroupSnapshot(t *testing.T) {
 	// after the group's deletion began.
 	checkAfter(t, "the release of the member deleted alone", member.first(t, "the member is released", released(protocol.SnapshotInGroupFinalizer)),
 		"the group's deletion", group.first(t, "the group is being deleted", deleting))
-	err := wait.PollUntilContextTimeout(context.Background(), 100*time.Millisecond, readyTimeout, true, func(ctx context.Context) (bool, error) {
+	testenv.WaitUntil(t, "group content and backend snapshots gone after deleting the group", readyTimeout, func(ctx context.Context) bool {
 		for handle := range handles {
 			if backendHas(t, s, handle) {
-				return false, nil
+				return false
 			}
 		}
 		_, err := s.Snapshots.GroupsnapshotV1().VolumeGroupSnapshotContents().Get(ctx, protocol.GroupContentName(vgs.UID), metav1.GetOptions{})
-		return apierrors.IsNotFound(err), nil
+		return apierrors.IsNotFound(err)
 	})
-	if err != nil {
-		t.Fatalf("group content or backend snapshots left after deleting the group: %v", err)
-	}
 	for id := range volumes {
 		if _, err := s.Snapshots.SnapshotV1().VolumeSnapshotContents().Get(context.Background(), protocol.MemberContentName(vgs.UID, id), metav1.GetOptions{}); !apierrors.IsNotFound(err) {
 			t.Errorf("member content of %s left: %v", id, err)

@@ -7,7 +7,6 @@ import (
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/utils/ptr"
 
 	"github.com/shutter-csi/shutter/test/stack"
@@ -148,25 +147,22 @@ func deleteBatch(t *testing.T, s *stack.Stack, ns string) {
 	if err := snaps.DeleteCollection(ctx, metav1.DeleteOptions{}, metav1.ListOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	err := wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, readyTimeout, true, func(ctx context.Context) (bool, error) {
+	testenv.WaitUntil(t, "batch deleted", readyTimeout, func(ctx context.Context) bool {
 		list, err := snaps.List(ctx, metav1.ListOptions{})
 		if err != nil {
-			return false, err
+			return false
 		}
 		contents, err := s.Snapshots.SnapshotV1().VolumeSnapshotContents().List(ctx, metav1.ListOptions{})
 		if err != nil {
-			return false, err
+			return false
 		}
 		for _, c := range contents.Items {
 			if c.Spec.VolumeSnapshotRef.Namespace == ns {
-				return false, nil
+				return false
 			}
 		}
-		return len(list.Items) == 0, nil
+		return len(list.Items) == 0
 	})
-	if err != nil {
-		t.Fatalf("batch not deleted: %v", err)
-	}
 }
 
 // TestGracefulShutdown sends SIGTERM to the leading snapshot-controller and to the sidecar in

@@ -7,7 +7,6 @@ import (
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/utils/ptr"
 
 	schedulev1alpha1 "github.com/shutter-csi/shutter/client/apis/snapshotschedule/v1alpha1"
@@ -40,11 +39,9 @@ func TestSchedule(t *testing.T) {
 	kept := waitScheduled(t, s, ns, func(ready []string, all int) bool {
 		return all == 1 && len(ready) == 1 && ready[0] != first
 	})
-	if err := wait.PollUntilContextTimeout(context.Background(), 200*time.Millisecond, readyTimeout, true, func(context.Context) (bool, error) {
-		return !backendHas(t, s, handle), nil
-	}); err != nil {
-		t.Fatalf("backend snapshot %s of the pruned %s: %v", handle, first, err)
-	}
+	testenv.WaitUntil(t, "backend snapshot "+handle+" of the pruned "+first+" gone", readyTimeout, func(context.Context) bool {
+		return !backendHas(t, s, handle)
+	})
 	sched, err := s.Snapshots.ScheduleV1alpha1().SnapshotSchedules(ns).Get(context.Background(), "minutely", metav1.GetOptions{})
 	if err != nil {
 		t.Fatal(err)
@@ -61,28 +58,27 @@ func TestSchedule(t *testing.T) {
 // and the count of all, and returns the ready ones.
 func waitScheduled(t *testing.T, s *stack.Stack, ns string, ok func(ready []string, all int) bool) []string {
 	t.Helper()
-	var ready []string
-	err := wait.PollUntilContextTimeout(context.Background(), 200*time.Millisecond, 3*time.Minute, true, func(ctx context.Context) (bool, error) {
+	type scheduled struct {
+		ready []string
+		all   int
+	}
+	got := testenv.WaitFor(t, "scheduled snapshots", 3*time.Minute, func(ctx context.Context) (scheduled, error) {
+		var sc scheduled
 		list, err := s.Snapshots.SnapshotV1().VolumeSnapshots(ns).List(ctx, metav1.ListOptions{LabelSelector: schedulev1alpha1.LabelSchedule + "=minutely"})
 		if err != nil {
-			return false, nil
+			return sc, err
 		}
-		ready = ready[:0]
-		all := 0
 		for _, vs := range list.Items {
 			if vs.DeletionTimestamp != nil {
 				continue
 			}
-			all++
+			sc.all++
 			if stack.Ready(&vs) {
-				ready = append(ready, vs.Name)
+				sc.ready = append(sc.ready, vs.Name)
 			}
 		}
-		sort.Strings(ready)
-		return ok(ready, all), nil
-	})
-	if err != nil {
-		t.Fatalf("scheduled snapshots: %v (ready: %q)", err, ready)
-	}
-	return ready
+		sort.Strings(sc.ready)
+		return sc, nil
+	}, func(sc scheduled) bool { return ok(sc.ready, sc.all) })
+	return got.ready
 }

@@ -35,7 +35,7 @@ func TestChartOnNode(t *testing.T) {
 	start := time.Now()
 	images := buildChartImages(t, ctx, bin, dir)
 	t.Logf("images built in %s", time.Since(start).Round(100*time.Millisecond))
-	n := startNodeWith(t, ctx, bin, dir, images)
+	n := startNodeWith(t, ctx, bin, dir, cluster.NodeOptions{Images: images})
 	k := kube{t: t, ctx: ctx, bin: bin, kubeconfig: n.c.Kubeconfig}
 	port := strings.TrimPrefix(n.c.URL, "https://127.0.0.1:")
 	dataDir := filepath.Join(n.dir, "node", "hostpath-data")
@@ -78,7 +78,7 @@ func TestChartOnNode(t *testing.T) {
 	}
 
 	blockRoundTrip(t, k)
-	checkSnapshotMetadata(t, k, "data-snapshot")
+	checkChangedBlocks(t, k, port, "data-snapshot", 8*32768)
 
 	k.run("", "kubectl", "delete", "pod", "writer", "reader", "--wait")
 	k.run("", "kubectl", "delete", "pvc", "restored", "data", "--wait")
@@ -147,11 +147,15 @@ func buildChartImages(t *testing.T, ctx context.Context, bin, dir string) []stri
 	if err := cluster.BuildWorkloadImage(ctx, workload); err != nil {
 		t.Fatal(err)
 	}
+	cli := filepath.Join(out, "kubectl-shutter.tar")
+	if err := cluster.BuildGoImage(ctx, filepath.Join(testenv.RepoRoot(), "cmd", "kubectl-shutter"), cliImage, "65532:65532", cli); err != nil {
+		t.Fatal(err)
+	}
 	provisioner := filepath.Join(out, "csi-provisioner.tar")
 	if _, err := cluster.WriteProvisionerImage(bin, provisioner); err != nil {
 		t.Fatal(err)
 	}
-	return append(tars, workload, provisioner)
+	return append(tars, workload, cli, provisioner)
 }
 
 // helmTest runs the chart's `helm test` (the Lease check on this node) and checks that it passed.
@@ -219,12 +223,15 @@ func manifest(file string, vars map[string]string) string {
 	})
 }
 
-func snapshotYAML(name string) string {
+func snapshotYAML(name string) string { return snapshotOf(name, "data") }
+
+// snapshotOf is a VolumeSnapshot name of the claim.
+func snapshotOf(name, claim string) string {
 	return fmt.Sprintf(`apiVersion: snapshot.storage.k8s.io/v1
 kind: VolumeSnapshot
 metadata: {name: %s, namespace: default}
 spec:
   volumeSnapshotClassName: shutter-hostpath
-  source: {persistentVolumeClaimName: data}
-`, name)
+  source: {persistentVolumeClaimName: %s}
+`, name, claim)
 }

@@ -15,7 +15,6 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/shutter-csi/shutter/test/cluster"
@@ -27,7 +26,8 @@ const probeImage = "localhost/shutter/apiprobe:test"
 func TestHostNetworkPodReachesAPIServer(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	defer cancel()
-	n := startNode(t, ctx, true)
+	registry := startRegistry(t)
+	n := startNode(t, ctx, true, registry.addr)
 	// kubelet has set its sysctls, so that the check after stopping means something.
 	if running := snapshotHost(t); running.sysctls["vm/overcommit_memory"] != "1" {
 		t.Errorf("vm.overcommit_memory = %s while kubelet runs, want kubelet's 1", running.sysctls["vm/overcommit_memory"])
@@ -41,6 +41,7 @@ func TestHostNetworkPodReachesAPIServer(t *testing.T) {
 	if want := "authenticated as system:serviceaccount:default:default"; !strings.Contains(string(logs), want) {
 		t.Errorf("probe logs %q, want %q", logs, want)
 	}
+	t.Run("UnknownImage", func(t *testing.T) { unknownImageStaysOnLoopback(t, ctx, n.cs, registry) })
 
 	if err := n.c.Stop(); err != nil {
 		t.Errorf("Stop: %v", err)
@@ -57,13 +58,13 @@ func TestHostNetworkPodReachesAPIServer(t *testing.T) {
 func TestStopDirAfterCrash(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	defer cancel()
-	n := startNode(t, ctx, false)
+	n := startNode(t, ctx, false, "")
 	pod := &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{Name: "sleeper", Namespace: "default"},
 		Spec: corev1.PodSpec{
 			HostNetwork: true,
 			Containers: []corev1.Container{{
-				Name: "sleeper", Image: cluster.PauseImage, ImagePullPolicy: corev1.PullIfNotPresent,
+				Name: "sleeper", Image: cluster.PauseImage, ImagePullPolicy: corev1.PullNever,
 			}},
 		},
 	}
@@ -97,8 +98,9 @@ type node struct {
 }
 
 // startNode starts a control plane with a node in a temporary folder (with the apiprobe image
-// when probe is set), or skips the test when that cannot run here.
-func startNode(t *testing.T, ctx context.Context, probe bool) *node {
+// when probe is set, and its pulls sent to registry, when not empty), or skips the test when that
+// cannot run here.
+func startNode(t *testing.T, ctx context.Context, probe bool, registry string) *node {
 	t.Helper()
 	bin := nodeTools(t)
 	dir := t.TempDir()
@@ -111,7 +113,7 @@ func startNode(t *testing.T, ctx context.Context, probe bool) *node {
 		}
 		images = append(images, tar)
 	}
-	return startNodeWith(t, ctx, bin, dir, images)
+	return startNodeWith(t, ctx, bin, dir, cluster.NodeOptions{Images: images, Registry: registry})
 }
 
 // nodeTools returns the folder of the binaries of a control plane with a node and of extra. It
@@ -142,15 +144,15 @@ func builtTools(t *testing.T, target string, names ...string) string {
 	return bin
 }
 
-// startNodeWith starts a control plane with a node in dir/cluster, with the binaries of bin and
-// the image tars imported.
-func startNodeWith(t *testing.T, ctx context.Context, bin, dir string, images []string) *node {
+// startNodeWith starts a control plane with a node of opts in dir/cluster, with the binaries of
+// bin.
+func startNodeWith(t *testing.T, ctx context.Context, bin, dir string, opts cluster.NodeOptions) *node {
 	t.Helper()
 	var err error
 	n := &node{before: snapshotHost(t), dir: filepath.Join(dir, "cluster")}
 	n.c, err = cluster.Start(ctx, cluster.Options{
 		Dir: n.dir, BinDir: bin, Progress: testWriter{t},
-		Node: &cluster.NodeOptions{Images: images},
+		Node: &opts,
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -179,7 +181,7 @@ func runProbe(t *testing.T, ctx context.Context, cs kubernetes.Interface, port s
 			HostNetwork:   true,
 			RestartPolicy: corev1.RestartPolicyNever,
 			Containers: []corev1.Container{{
-				Name: "probe", Image: probeImage, ImagePullPolicy: corev1.PullIfNotPresent,
+				Name: "probe", Image: probeImage, ImagePullPolicy: corev1.PullNever,
 				Env: []corev1.EnvVar{
 					{Name: "KUBERNETES_SERVICE_HOST", Value: "127.0.0.1"},
 					{Name: "KUBERNETES_SERVICE_PORT", Value: port},
@@ -195,38 +197,31 @@ func runProbe(t *testing.T, ctx context.Context, cs kubernetes.Interface, port s
 // exists.
 func createPod(t *testing.T, ctx context.Context, cs kubernetes.Interface, pod *corev1.Pod) {
 	t.Helper()
-	err := wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
+	testenv.WaitUntil(t, "create pod "+pod.Name, time.Minute, func(ctx context.Context) bool {
 		_, err := cs.CoreV1().Pods(pod.Namespace).Create(ctx, pod, metav1.CreateOptions{})
-		return err == nil, nil
+		return err == nil
 	})
-	if err != nil {
-		t.Fatalf("create pod: %v", err)
-	}
 }
 
 // waitPod waits until the pod in namespace default reaches phase.
 func waitPod(t *testing.T, ctx context.Context, cs kubernetes.Interface, name string, phase corev1.PodPhase) *corev1.Pod {
 	t.Helper()
-	var last *corev1.Pod
-	err := wait.PollUntilContextTimeout(ctx, 250*time.Millisecond, 3*time.Minute, true, func(ctx context.Context) (bool, error) {
-		var err error
-		last, err = cs.CoreV1().Pods("default").Get(ctx, name, metav1.GetOptions{})
-		if err != nil {
-			return false, err
+	defer func() {
+		if t.Failed() {
+			events, _ := cs.CoreV1().Events("default").List(ctx, metav1.ListOptions{})
+			for _, e := range events.Items {
+				t.Logf("event %s %s: %s", e.InvolvedObject.Name, e.Reason, e.Message)
+			}
 		}
-		if last.Status.Phase == corev1.PodFailed {
-			t.Fatalf("pod %s failed: %+v", name, last.Status)
+	}()
+	return testenv.WaitFor(t, "pod "+name+" "+string(phase), 3*time.Minute, func(ctx context.Context) (*corev1.Pod, error) {
+		return cs.CoreV1().Pods("default").Get(ctx, name, metav1.GetOptions{})
+	}, func(p *corev1.Pod) bool {
+		if p != nil && p.Status.Phase == corev1.PodFailed {
+			t.Fatalf("pod %s failed: %+v", name, p.Status)
 		}
-		return last.Status.Phase == phase, nil
+		return p != nil && p.Status.Phase == phase
 	})
-	if err != nil {
-		events, _ := cs.CoreV1().Events("default").List(ctx, metav1.ListOptions{})
-		for _, e := range events.Items {
-			t.Logf("event %s %s: %s", e.InvolvedObject.Name, e.Reason, e.Message)
-		}
-		t.Fatalf("pod %s not %s: %v; status %+v", name, phase, err, last.Status)
-	}
-	return last
 }
 
 // host is what the node may change on the host outside its state folder.
@@ -309,9 +304,17 @@ func (h host) assertSame(t *testing.T, before host) {
 	}
 }
 
-// assertNothingUnder checks that no mount and no process refers to the state folder.
+// assertNothingUnder checks that no mount, no loop device and no process refers to the state
+// folder.
 func assertNothingUnder(t *testing.T, dir string) {
 	t.Helper()
+	loops, err := cluster.LoopsUnder(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, l := range loops {
+		t.Errorf("loop device left behind: %s", l)
+	}
 	for _, m := range mounts(t) {
 		if strings.HasPrefix(m.point, dir+"/") || m.point == dir {
 			t.Errorf("mount left behind: %s (%s)", m.point, m.fsType)

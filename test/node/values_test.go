@@ -53,7 +53,7 @@ func TestLocalNodeValues(t *testing.T) {
 	if !docs.Decode(t, "Pod/shutter-test-leases", &pod) {
 		t.Fatal("no Lease test pod")
 	}
-	wantArgs := []string{"lease", chartNamespace, "snapshot-controller-leader", "shutter-snapshotter-hostpath.csi.shutter.dev"}
+	wantArgs := []string{"lease", chartNamespace, "snapshot-controller-leader", "external-snapshotter-leader-hostpath-csi-shutter-dev"}
 	if tc := pod.Spec.Containers[0]; tc.Image != "localhost/shutter/workload:1.0" || !reflect.DeepEqual(tc.Args, wantArgs) {
 		t.Errorf("test pod runs %s %q, want the workload image with %q", tc.Image, tc.Args, wantArgs)
 	}
@@ -127,5 +127,38 @@ func TestHostpathDriverValues(t *testing.T) {
 		if has(args, want) != want {
 			t.Errorf("driver args %q lack %s", args, want)
 		}
+	}
+}
+
+// TestLocalNodeValuesNeverPull: with the local node's values every container of every
+// workload the chart renders (the optional ones turned on too) uses pull policy Never, so an image
+// the node lacks is ErrImageNeverPull and never a pull.
+func TestLocalNodeValuesNeverPull(t *testing.T) {
+	docs := renderChart(t, "-f", filepath.Join(testenv.RepoRoot(), "deploy", "helm", "shutter", "ci", "local-node-values.yaml"),
+		"--set", "global.kubernetesServicePort=6443", "--set", "hostpath.registrar.enabled=true",
+		"--set", "conversionWebhook.enabled=true", "--set", "snapshotController.httpEndpoint.enabled=true")
+	images := map[string]bool{}
+	for key := range docs {
+		var doc struct {
+			Kind string
+			Spec struct {
+				corev1.PodSpec `json:",inline"`
+				Template       struct{ Spec corev1.PodSpec }
+			}
+		}
+		docs.Decode(t, key, &doc)
+		for _, spec := range []corev1.PodSpec{doc.Spec.PodSpec, doc.Spec.Template.Spec} {
+			for _, c := range append(spec.InitContainers, spec.Containers...) {
+				images[c.Image] = true
+				if c.ImagePullPolicy != corev1.PullNever {
+					t.Errorf("%s: container %s (%s) pull policy %q, want Never", key, c.Name, c.Image, c.ImagePullPolicy)
+				}
+			}
+		}
+	}
+	// The controller, snapshotter, driver, metadata sidecar, provisioner, registrar, webhook, and
+	// the Lease test's workload image (the Service-based test is not rendered on the node).
+	if len(images) < 8 {
+		t.Errorf("%d images rendered, want at least 8: %v", len(images), images)
 	}
 }

@@ -34,6 +34,20 @@ func WaitFor[T any](t testing.TB, what string, timeout time.Duration, get func(c
 	return last
 }
 
+// WaitUntil calls done every 50ms until it holds. The test fails, naming what, when it does not
+// within timeout.
+func WaitUntil(t testing.TB, what string, timeout time.Duration, done func(context.Context) bool) {
+	t.Helper()
+	WaitFor(t, what, timeout, func(ctx context.Context) (bool, error) { return done(ctx), nil }, func(ok bool) bool { return ok })
+}
+
+// WaitGone waits until get answers NotFound. The test fails, naming what, when it does not
+// within timeout.
+func WaitGone(t testing.TB, what string, timeout time.Duration, get func(context.Context) error) {
+	t.Helper()
+	WaitUntil(t, what+" gone", timeout, func(ctx context.Context) bool { return apierrors.IsNotFound(get(ctx)) })
+}
+
 // Go runs run in the background with a context derived from ctx, until the test ends or stop is
 // called: stop cancels the context, waits for run to return and fails the test if run returned
 // an error, naming what. stop may be called more than once.

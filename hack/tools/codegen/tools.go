@@ -1,6 +1,8 @@
 //go:build tools
 
-// Package tools records the generators run by hack/update-codegen.sh.
+// Package tools records the generators run by hack/update-codegen.sh: code-generator's version
+// is the one whose kube_codegen.sh it sources (which installs the generators it runs itself), and
+// controller-gen, which hack/build-tools.sh builds.
 package tools
 
 import (

@@ -75,6 +75,12 @@ type Snapshot struct {
 	// from it gets them when the driver runs as root.
 	UID uint32 `json:"uid,omitempty"`
 	GID uint32 `json:"gid,omitempty"`
+	// ImageBytes, when set, is the size of the copy of the source's
+	// filesystem image that a snapshot of an image volume keeps besides its
+	// data, taken with the snapshot-metadata service on: its block ranges
+	// are what GetMetadataAllocated and GetMetadataDelta report. It is
+	// written and flushed before the record; an empty snapshot may have one.
+	ImageBytes int64 `json:"imageBytes,omitempty"`
 }
 
 // Manifest summarises a data tree: the number of directories, regular

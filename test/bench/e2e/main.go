@@ -30,7 +30,6 @@ type options struct {
 	out        string
 	keep       bool
 	verbosity  int
-	settle     time.Duration
 	concurrent int
 	// controllerFlags are appended to the controller's arguments.
 	controllerFlags []string
@@ -71,7 +70,6 @@ func main() {
 	flag.StringVar(&o.out, "out", "", "JSON results file (default $TMPDIR/shutter-bench-e2e-<time>.json)")
 	flag.BoolVar(&o.keep, "keep", false, "keep the state folder (logs, audit log)")
 	flag.IntVar(&o.verbosity, "v", 2, "klog level of the components (the chart's default is 2)")
-	flag.DurationVar(&o.settle, "settle", 3*time.Second, "wait after a phase for trailing requests (events) before counting")
 	flag.IntVar(&o.concurrent, "concurrency", 100, "parallel create and delete calls of the benchmark's client")
 	flag.Func("controller-flag", "an extra snapshot-controller flag, e.g. -controller-flag=--profiling (repeatable)", func(v string) error {
 		o.controllerFlags = append(o.controllerFlags, v)

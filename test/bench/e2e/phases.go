@@ -29,10 +29,13 @@ func (b *bench) begin(ctx context.Context) (*phaseWindow, error) {
 	return w, nil
 }
 
-// finish waits for trailing requests, then reads every counter again and builds the phase.
+// finish waits for the phase's trailing writes (settle), then reads every counter again and
+// builds the phase.
 func (b *bench) finish(ctx context.Context, name string, w *phaseWindow) (*Phase, error) {
-	w.end = time.Now()
-	time.Sleep(b.opts.settle)
+	until, err := b.settle(ctx, name == "create")
+	if err != nil {
+		return nil, err
+	}
 	p := &Phase{Name: name, Snapshots: len(w.latencies), WallSeconds: w.last.Sub(w.start).Seconds(),
 		CPUSeconds: map[string]float64{}, PeakRSSMiB: map[string]float64{}, LoadStart: w.load, LoadEnd: loadAverage()}
 	p.PerSecond = float64(p.Snapshots) / p.WallSeconds
@@ -56,7 +59,6 @@ func (b *bench) finish(ctx context.Context, name string, w *phaseWindow) (*Phase
 	}
 	p.APIServerRequests = after.since(w.metrics)
 	counts := map[request]int{}
-	until := w.end.Add(b.opts.settle)
 	err = b.audit.read(w.auditPos, func(e *auditEvent) {
 		if e.StageTimestamp.Before(w.start) || e.StageTimestamp.After(until) {
 			return

@@ -63,13 +63,13 @@ type Phase struct {
 
 // phaseWindow collects a phase's measurements while it runs.
 type phaseWindow struct {
-	start, end time.Time
-	cpu        map[string]float64
-	metrics    requestTotals
-	auditPos   int64
-	load       float64
-	latencies  []time.Duration
-	last       time.Time
+	start     time.Time
+	cpu       map[string]float64
+	metrics   requestTotals
+	auditPos  int64
+	load      float64
+	latencies []time.Duration
+	last      time.Time
 }
 
 // classify names the component that made a request.

@@ -88,9 +88,6 @@ func (s *scaleOptions) complete(o *options) error {
 	if o.qps == 0 && o.burst == 0 {
 		o.qps, o.burst = 100, 200
 	}
-	if !isFlagSet("settle") {
-		o.settle = time.Second
-	}
 	if o.out == "" {
 		o.out = filepath.Join(os.TempDir(), "shutter-bench-scale-"+time.Now().Format("20060102-150405")+".json")
 	}
@@ -98,12 +95,6 @@ func (s *scaleOptions) complete(o *options) error {
 		s.plot = strings.TrimSuffix(o.out, ".json") + ".png"
 	}
 	return nil
-}
-
-func isFlagSet(name string) bool {
-	set := false
-	flag.Visit(func(f *flag.Flag) { set = set || f.Name == name })
-	return set
 }
 
 // scaleResults is the scale benchmark's JSON file.

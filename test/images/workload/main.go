@@ -11,10 +11,13 @@
 //	workload read DIR
 //	workload writedev DEVICE [BYTES]      (default 1 MiB, at offset 0, flushed)
 //	workload readdev DEVICE [BYTES]
+//	workload writeat DEVICE SEED OFFSET:LENGTH...
 //	workload lease NAMESPACE NAME...
 //
 // writedev and readdev print "total <sha256>" of the device's first BYTES bytes: a block
-// volume's pods compare them.
+// volume's pods compare them. writeat writes LENGTH pseudo-random bytes at each OFFSET (drawn
+// from SEED and the offset, so a rerun writes the same and another seed writes other bytes in
+// every 4 KiB block), flushes them and prints "total <sha256>" of the whole device.
 package main
 
 import (
@@ -42,9 +45,14 @@ func main() {
 
 func run(args []string, out io.Writer) error {
 	if len(args) < 2 {
-		return errors.New("usage: workload write DIR [FILES [BYTES]] | workload read DIR | workload writedev|readdev DEVICE [BYTES] | workload lease NAMESPACE NAME...")
+		return errors.New("usage: workload write DIR [FILES [BYTES]] | workload read DIR | workload writedev|readdev DEVICE [BYTES] | workload writeat DEVICE SEED OFFSET:LENGTH... | workload lease NAMESPACE NAME...")
 	}
 	switch args[0] {
+	case "writeat":
+		if len(args) < 4 {
+			return errors.New("usage: workload writeat DEVICE SEED OFFSET:LENGTH...")
+		}
+		return writeAt(args[1], args[2], args[3:], out)
 	case "writedev", "readdev":
 		size, err := intArg(args, 2, 1<<20)
 		if err != nil {
@@ -74,7 +82,7 @@ func run(args []string, out io.Writer) error {
 		}
 	case "read":
 	default:
-		return fmt.Errorf("unknown command %q: want write, read, writedev, readdev or lease", args[0])
+		return fmt.Errorf("unknown command %q: want write, read, writedev, readdev, writeat or lease", args[0])
 	}
 	return report(args[1], out)
 }

@@ -11,6 +11,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/utils/ptr"
 
 	groupv1 "github.com/shutter-csi/shutter/client/apis/volumegroupsnapshot/v1"
 	snapshotv1 "github.com/shutter-csi/shutter/client/apis/volumesnapshot/v1"
@@ -96,11 +97,11 @@ func (a *actor) handleGroup(ctx context.Context, content *groupv1.VolumeGroupSna
 		handles := content.Spec.Source.GroupSnapshotHandles
 		updated := content.DeepCopy()
 		updated.Status = &groupv1.VolumeGroupSnapshotContentStatus{
-			VolumeGroupSnapshotHandle: &handles.VolumeGroupSnapshotHandle, ReadyToUse: ptr(true),
+			VolumeGroupSnapshotHandle: &handles.VolumeGroupSnapshotHandle, ReadyToUse: ptr.To(true),
 		}
 		for _, h := range handles.VolumeSnapshotHandles {
 			updated.Status.VolumeSnapshotInfoList = append(updated.Status.VolumeSnapshotInfoList,
-				groupv1.VolumeSnapshotInfo{SnapshotHandle: h, ReadyToUse: ptr(true)})
+				groupv1.VolumeSnapshotInfo{SnapshotHandle: h, ReadyToUse: ptr.To(true)})
 		}
 		_, _ = a.client.GroupsnapshotV1().VolumeGroupSnapshotContents().UpdateStatus(ctx, updated, metav1.UpdateOptions{})
 	case !creating:
@@ -146,7 +147,7 @@ func (a *actor) ready(ctx context.Context, content *snapshotv1.VolumeSnapshotCon
 	updated := content.DeepCopy()
 	now := time.Now().UnixNano()
 	updated.Status = &snapshotv1.VolumeSnapshotContentStatus{
-		SnapshotHandle: &handle, ReadyToUse: ptr(true), RestoreSize: ptr(int64(1 << 30)), CreationTime: &now,
+		SnapshotHandle: &handle, ReadyToUse: ptr.To(true), RestoreSize: ptr.To(int64(1 << 30)), CreationTime: &now,
 	}
 	_, _ = a.client.SnapshotV1().VolumeSnapshotContents().UpdateStatus(ctx, updated, metav1.UpdateOptions{})
 }

@@ -12,6 +12,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/utils/ptr"
 
 	snapshotv1 "github.com/shutter-csi/shutter/client/apis/volumesnapshot/v1"
 	clientset "github.com/shutter-csi/shutter/client/clientset/versioned"
@@ -70,7 +71,7 @@ func TestPreProvisionedDeletedWhileBinding(t *testing.T) {
 		Spec: snapshotv1.VolumeSnapshotContentSpec{
 			VolumeSnapshotRef: corev1.ObjectReference{Namespace: f.ns, Name: "racer"},
 			DeletionPolicy:    snapshotv1.VolumeSnapshotContentDelete, Driver: "bind-race.csi.test",
-			Source: snapshotv1.VolumeSnapshotContentSource{SnapshotHandle: ptr("race-handle")},
+			Source: snapshotv1.VolumeSnapshotContentSource{SnapshotHandle: ptr.To("race-handle")},
 		},
 	}, metav1.CreateOptions{})
 	if err != nil {

@@ -11,6 +11,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
 
 	snapshotv1 "github.com/shutter-csi/shutter/client/apis/volumesnapshot/v1"
 	"github.com/shutter-csi/shutter/pkg/controller"
@@ -42,7 +43,7 @@ func TestSnapshotDeletedBeforeItsFinalizers(t *testing.T) {
 	patch := holdRequest(t, func(req *http.Request) bool {
 		return req.Method == http.MethodPatch && strings.HasSuffix(req.URL.Path, "/volumesnapshots/"+name)
 	})
-	vs := f.snapshot(t, name, snapshotv1.VolumeSnapshotSource{PersistentVolumeClaimName: ptr("src")}, "")
+	vs := f.snapshot(t, name, snapshotv1.VolumeSnapshotSource{PersistentVolumeClaimName: ptr.To("src")}, "")
 	select {
 	case <-patch.reached:
 	case <-time.After(30 * time.Second):
@@ -69,7 +70,7 @@ func TestClaimReleaseFailsOnce(t *testing.T) {
 	a := startActor(t, f.client, driver)
 	a.setHold(true) // the backend keeps cutting: the snapshot is not ready, the claim protected
 	f.volume(t, "src", driver)
-	vs := f.snapshot(t, "taking", snapshotv1.VolumeSnapshotSource{PersistentVolumeClaimName: ptr("src")}, "")
+	vs := f.snapshot(t, "taking", snapshotv1.VolumeSnapshotSource{PersistentVolumeClaimName: ptr.To("src")}, "")
 	content := protocol.ContentName(vs.UID)
 	t.Cleanup(func() { releaseContent(f.client, content) })
 	f.waitClaim(t, "src", func(pvc *corev1.PersistentVolumeClaim) bool {

@@ -49,7 +49,7 @@ func (f *fixture) waitGroup(t *testing.T, name string, ok func(*groupv1.VolumeGr
 func groupAbsent(vgs *groupv1.VolumeGroupSnapshot) bool { return vgs == nil }
 
 func groupReady(vgs *groupv1.VolumeGroupSnapshot) bool {
-	return vgs != nil && vgs.Status != nil && vgs.Status.ReadyToUse != nil && *vgs.Status.ReadyToUse
+	return protocol.Ready(vgs)
 }
 
 func groupError(substr string) func(*groupv1.VolumeGroupSnapshot) bool {

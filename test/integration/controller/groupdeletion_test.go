@@ -11,12 +11,12 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/apimachinery/pkg/util/wait"
 
 	snapshotv1 "github.com/shutter-csi/shutter/client/apis/volumesnapshot/v1"
 	"github.com/shutter-csi/shutter/pkg/controller"
 	"github.com/shutter-csi/shutter/pkg/controller/controllertest"
 	"github.com/shutter-csi/shutter/pkg/protocol"
+	"github.com/shutter-csi/shutter/test/testenv"
 )
 
 // groupRun is one group snapshot of the deletion-order test and what the test knows of it.
@@ -206,11 +206,8 @@ func (r *groupRun) graceOver(t *testing.T) {
 		t.Fatal(err)
 	}
 	over := content.CreationTimestamp.Add(statusGrace + time.Second)
-	err = wait.PollUntilContextTimeout(context.Background(), 100*time.Millisecond, statusGrace+5*time.Second, true,
-		func(context.Context) (bool, error) { return time.Now().After(over), nil })
-	if err != nil {
-		t.Fatalf("status grace of %s not over: %v", content.Name, err)
-	}
+	testenv.WaitUntil(t, "status grace of "+content.Name+" over", statusGrace+5*time.Second,
+		func(context.Context) bool { return time.Now().After(over) })
 }
 
 // memberHeld tells whether the first member is being deleted and still held by its group.

@@ -9,7 +9,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/utils/ptr"
 
 	snapshotv1 "github.com/shutter-csi/shutter/client/apis/volumesnapshot/v1"
 	"github.com/shutter-csi/shutter/pkg/controller"
@@ -18,7 +18,7 @@ import (
 )
 
 func ready(vs *snapshotv1.VolumeSnapshot) bool {
-	return vs != nil && vs.Status != nil && vs.Status.ReadyToUse != nil && *vs.Status.ReadyToUse
+	return protocol.Ready(vs)
 }
 
 func absent(vs *snapshotv1.VolumeSnapshot) bool { return vs == nil }
@@ -52,7 +52,7 @@ func TestDynamicSnapshotLifecycle(t *testing.T) {
 		return namespace == f.ns || name == contentName && contentName != ""
 	}
 	mark := writes.mark()
-	vs := f.snapshot(t, "snap", snapshotv1.VolumeSnapshotSource{PersistentVolumeClaimName: ptr("data")}, "")
+	vs := f.snapshot(t, "snap", snapshotv1.VolumeSnapshotSource{PersistentVolumeClaimName: ptr.To("data")}, "")
 	contentName = protocol.ContentName(vs.UID)
 	contentSynced := processed.After(t, contentQueue, clusterKey(contentName))
 	snapshotSynced := processed.After(t, snapshotQueue, f.key(vs.Name))
@@ -65,7 +65,7 @@ func TestDynamicSnapshotLifecycle(t *testing.T) {
 	})
 	contentSynced.Until(t, "the sidecar's report is in", func(controller.Result) bool {
 		c, err := f.client.SnapshotV1().VolumeSnapshotContents().Get(context.Background(), contentName, metav1.GetOptions{})
-		return err == nil && c.Annotations[protocol.AnnBeingCreated] == "" && c.Status != nil && c.Status.ReadyToUse != nil && *c.Status.ReadyToUse
+		return err == nil && c.Annotations[protocol.AnnBeingCreated] == "" && protocol.Ready(c)
 	})
 	created, total := writes.since(mark, mine)
 	t.Logf("controller requests, create -> ready: %d (%s)", total, format(created))
@@ -160,7 +160,7 @@ func TestPreProvisionedBinding(t *testing.T) {
 		Spec: snapshotv1.VolumeSnapshotContentSpec{
 			VolumeSnapshotRef: corev1.ObjectReference{Name: "imported", Namespace: f.ns},
 			DeletionPolicy:    snapshotv1.VolumeSnapshotContentDelete, Driver: driver,
-			Source: snapshotv1.VolumeSnapshotContentSource{SnapshotHandle: ptr("existing-1")},
+			Source: snapshotv1.VolumeSnapshotContentSource{SnapshotHandle: ptr.To("existing-1")},
 		},
 	})
 	// A snapshot naming a content that points elsewhere is refused.
@@ -187,7 +187,7 @@ func TestBadInputRecovers(t *testing.T) {
 	driver := "errors.csi.test"
 	startActor(t, f.client, driver)
 
-	vs := f.snapshot(t, "snap", snapshotv1.VolumeSnapshotSource{PersistentVolumeClaimName: ptr("late")}, "")
+	vs := f.snapshot(t, "snap", snapshotv1.VolumeSnapshotSource{PersistentVolumeClaimName: ptr.To("late")}, "")
 	f.waitSnapshot(t, vs.Name, errorContains("source PersistentVolumeClaim late does not exist"))
 	f.class(t, "errors-a", driver, snapshotv1.VolumeSnapshotContentDelete, true, nil)
 	f.class(t, "errors-b", driver, snapshotv1.VolumeSnapshotContentDelete, true, nil)
@@ -200,9 +200,9 @@ func TestBadInputRecovers(t *testing.T) {
 	f.waitSnapshot(t, vs.Name, ready)
 
 	f.volume(t, "classless", "noclass.csi.test")
-	f.snapshot(t, "classless", snapshotv1.VolumeSnapshotSource{PersistentVolumeClaimName: ptr("classless")}, "")
+	f.snapshot(t, "classless", snapshotv1.VolumeSnapshotSource{PersistentVolumeClaimName: ptr.To("classless")}, "")
 	f.waitSnapshot(t, "classless", errorContains("cannot find default snapshot class: no VolumeSnapshotClass is named and driver noclass.csi.test has no default class"))
-	f.snapshot(t, "wrong-class", snapshotv1.VolumeSnapshotSource{PersistentVolumeClaimName: ptr("classless")}, "errors-a")
+	f.snapshot(t, "wrong-class", snapshotv1.VolumeSnapshotSource{PersistentVolumeClaimName: ptr.To("classless")}, "errors-a")
 	f.waitSnapshot(t, "wrong-class", errorContains("VolumeSnapshotClass errors-a is for driver errors.csi.test"))
 
 	events, err := f.kube.CoreV1().Events(f.ns).List(context.Background(), metav1.ListOptions{})
@@ -226,7 +226,7 @@ func TestBadInputRecovers(t *testing.T) {
 		protocol.ParamSnapshotterSecretName: "${pvc.name}", protocol.ParamSnapshotterSecretNamespace: "ns",
 	})
 	f.volume(t, "other", "secret.csi.test")
-	f.snapshot(t, "bad-secret", snapshotv1.VolumeSnapshotSource{PersistentVolumeClaimName: ptr("other")}, "errors-secret")
+	f.snapshot(t, "bad-secret", snapshotv1.VolumeSnapshotSource{PersistentVolumeClaimName: ptr.To("other")}, "errors-secret")
 	f.waitSnapshot(t, "bad-secret", errorContains("${pvc.name} is not allowed here"))
 }
 
@@ -237,13 +237,11 @@ func TestNoDeletionWhileBeingCreated(t *testing.T) {
 	f := setup(t)
 	a, vs := f.heldSnapshotOfData(t, "slow")
 	name := protocol.ContentName(vs.UID)
-	err := wait.PollUntilContextTimeout(context.Background(), 50*time.Millisecond, 30*time.Second, true, func(ctx context.Context) (bool, error) {
-		c, err := f.client.SnapshotV1().VolumeSnapshotContents().Get(ctx, name, metav1.GetOptions{})
-		return err == nil && c.Annotations[protocol.AnnBeingCreated] != "", nil
+	testenv.WaitFor(t, "content "+name+" being created", 30*time.Second, func(ctx context.Context) (*snapshotv1.VolumeSnapshotContent, error) {
+		return f.client.SnapshotV1().VolumeSnapshotContents().Get(ctx, name, metav1.GetOptions{})
+	}, func(c *snapshotv1.VolumeSnapshotContent) bool {
+		return c != nil && c.Annotations[protocol.AnnBeingCreated] != ""
 	})
-	if err != nil {
-		t.Fatal(err)
-	}
 	waiting := processed.After(t, snapshotQueue, f.key(vs.Name))
 	f.deleteSnapshot(t, vs.Name)
 	waiting.Until(t, "the deletion waits for the content being created", func(r controller.Result) bool {

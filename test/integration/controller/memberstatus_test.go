@@ -9,6 +9,7 @@ import (
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/utils/ptr"
 
 	groupv1 "github.com/shutter-csi/shutter/client/apis/volumegroupsnapshot/v1"
 	snapshotv1 "github.com/shutter-csi/shutter/client/apis/volumesnapshot/v1"
@@ -47,12 +48,12 @@ func reportGroup(ctx context.Context, client clientset.Interface, content *group
 	handle := "group-" + string(content.Spec.VolumeGroupSnapshotRef.UID)
 	updated := content.DeepCopy()
 	updated.Status = &groupv1.VolumeGroupSnapshotContentStatus{
-		VolumeGroupSnapshotHandle: &handle, ReadyToUse: ptr(true), CreationTime: ptr(metav1.NewTime(now)),
+		VolumeGroupSnapshotHandle: &handle, ReadyToUse: ptr.To(true), CreationTime: ptr.To(metav1.NewTime(now)),
 	}
 	for _, vol := range content.Spec.Source.VolumeHandles {
 		updated.Status.VolumeSnapshotInfoList = append(updated.Status.VolumeSnapshotInfoList, groupv1.VolumeSnapshotInfo{
-			VolumeHandle: vol, SnapshotHandle: handle + "-" + vol, ReadyToUse: ptr(true),
-			RestoreSize: ptr(int64(1 << 30)), CreationTime: ptr(now.UnixNano()),
+			VolumeHandle: vol, SnapshotHandle: handle + "-" + vol, ReadyToUse: ptr.To(true),
+			RestoreSize: ptr.To(int64(1 << 30)), CreationTime: ptr.To(now.UnixNano()),
 		})
 	}
 	_, err := client.GroupsnapshotV1().VolumeGroupSnapshotContents().UpdateStatus(ctx, updated, metav1.UpdateOptions{})

@@ -14,9 +14,9 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/klog/v2"
+	"k8s.io/utils/ptr"
 
 	snapshotv1 "github.com/shutter-csi/shutter/client/apis/volumesnapshot/v1"
 	clientset "github.com/shutter-csi/shutter/client/clientset/versioned"
@@ -77,7 +77,7 @@ func (f *fixture) volume(t *testing.T, name, driver string) *corev1.PersistentVo
 		ObjectMeta: metav1.ObjectMeta{Name: name},
 		Spec: corev1.PersistentVolumeClaimSpec{
 			AccessModes:      []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOnce},
-			StorageClassName: ptr(""), VolumeName: pvName,
+			StorageClassName: ptr.To(""), VolumeName: pvName,
 			Resources: corev1.VolumeResourceRequirements{Requests: corev1.ResourceList{corev1.ResourceStorage: resource.MustParse("1Gi")}},
 		},
 	}, metav1.CreateOptions{})
@@ -160,7 +160,7 @@ func (f *fixture) heldSnapshotOfData(t *testing.T, name string) (*actor, *snapsh
 
 // snapshotData creates the snapshot "snap" of the claim "data" with the default class.
 func (f *fixture) snapshotData(t *testing.T) *snapshotv1.VolumeSnapshot {
-	return f.snapshot(t, dataSnapshot, snapshotv1.VolumeSnapshotSource{PersistentVolumeClaimName: ptr(dataClaim)}, "")
+	return f.snapshot(t, dataSnapshot, snapshotv1.VolumeSnapshotSource{PersistentVolumeClaimName: ptr.To(dataClaim)}, "")
 }
 
 // readySnapshotOfData snapshots the claim "data" and waits until the snapshot is ready.
@@ -172,12 +172,7 @@ func (f *fixture) readySnapshotOfData(t *testing.T) *snapshotv1.VolumeSnapshot {
 // waitGone waits until get answers NotFound for the object named in what.
 func waitGone(t *testing.T, what string, get func(ctx context.Context) error) {
 	t.Helper()
-	err := wait.PollUntilContextTimeout(context.Background(), 50*time.Millisecond, 60*time.Second, true, func(ctx context.Context) (bool, error) {
-		return apierrors.IsNotFound(get(ctx)), nil
-	})
-	if err != nil {
-		t.Fatalf("%s still there: %v", what, err)
-	}
+	testenv.WaitGone(t, what, 60*time.Second, get)
 }
 
 func (f *fixture) getContent(ctx context.Context, name string) error {
@@ -223,5 +218,3 @@ func clusterKey(name string) controller.Key { return controller.Key{Name: name} 
 
 // key is the queue key of an object in the fixture's namespace.
 func (f *fixture) key(name string) controller.Key { return controller.Key{Namespace: f.ns, Name: name} }
-
-func ptr[T any](v T) *T { return &v }

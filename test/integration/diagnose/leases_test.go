@@ -21,7 +21,7 @@ import (
 func TestForgedLeases(t *testing.T) {
 	f := newFixture(t)
 	f.waitingForSidecar()
-	lease := protocol.ShutterSidecarLeaseName(f.driver)
+	lease := protocol.SidecarLeaseName(f.driver)
 
 	tenant := testenv.Namespace(t, f.kube)
 	f.leaseIn(tenant, lease, time.Now())

@@ -55,13 +55,13 @@ func (f *fixture) waitingForSidecar() *snapshotv1.VolumeSnapshot {
 func TestNoSidecar(t *testing.T) {
 	f := newFixture(t)
 	vs := f.waitingForSidecar()
-	f.lease(protocol.ShutterSidecarLeaseName(f.driver), 12*time.Minute)
+	f.lease(protocol.LegacySidecarLeaseName(f.driver), 12*time.Minute)
 
 	want := fmt.Sprintf("waiting for csi-snapshotter of driver %s: no sidecar for %s has renewed its lease for 12m", f.driver, f.driver)
 	text := f.expect("VolumeSnapshot", "snapshot", "snap", diagnose.RuleNoSidecar, want)
 	mustContain(t, text, "VolumeSnapshot "+f.ns+"/snap [Pending]", "PersistentVolumeClaim "+f.ns+"/data [Bound]",
 		"csi driver "+f.driver+", volume handle vol-data", "Driver "+f.driver+" [NoSidecar]",
-		"sidecar Lease "+f.ns+"/"+protocol.ShutterSidecarLeaseName(f.driver)+" last held by sidecar-0, not renewed for 12m",
+		"sidecar Lease "+f.ns+"/"+protocol.LegacySidecarLeaseName(f.driver)+" last held by sidecar-0, not renewed for 12m",
 		"VolumeSnapshotContent "+protocol.ContentName(vs.UID)+" [Pending]", "BackendSnapshot <none> [NotCreated]")
 	// The content is stuck for the same reason.
 	if it, ok := item(f.stuck(), "VolumeSnapshotContent", protocol.ContentName(vs.UID)); !ok || it.Rule != diagnose.RuleNoSidecar {
@@ -111,7 +111,7 @@ func TestFailingDriver(t *testing.T) {
 	msg := "rpc error: code = ResourceExhausted desc = pool full"
 	f.content(vs, class, snapshotv1.VolumeSnapshotContentDelete, &snapshotv1.VolumeSnapshotContentStatus{
 		ReadyToUse: ptr.To(false), Error: &snapshotv1.VolumeSnapshotError{Message: &msg, Time: ptr.To(metav1.Now())}})
-	f.lease(protocol.ShutterSidecarLeaseName(f.driver), 0)
+	f.lease(protocol.SidecarLeaseName(f.driver), 0)
 	text := f.expect("VolumeSnapshot", "snapshot", "snap", diagnose.RuleBackendError, "backend error: "+msg)
 	mustContain(t, text, "status.error: "+msg, "Driver "+f.driver+" [SidecarLive]")
 }

@@ -9,6 +9,7 @@ import (
 
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
 
 	schedulev1alpha1 "github.com/shutter-csi/shutter/client/apis/snapshotschedule/v1alpha1"
 	groupv1 "github.com/shutter-csi/shutter/client/apis/volumegroupsnapshot/v1"
@@ -84,7 +85,7 @@ func TestOutage(t *testing.T) {
 	e := setup(t)
 	e.claim(t, "data", map[string]string{"app": "db"})
 	spec := hourly(nil)
-	spec.StartingDeadlineSeconds = ptr(int64(60))
+	spec.StartingDeadlineSeconds = ptr.To(int64(60))
 	e.schedule(t, "hourly", spec)
 	e.resume(t, "hourly", start)
 	stop := e.startController(t)
@@ -180,7 +181,7 @@ func TestGroup(t *testing.T) {
 	e.claim(t, "logs", map[string]string{"app": "db"})
 	spec := hourly(&schedulev1alpha1.Retention{MaxCount: int32p(1)})
 	spec.Group = true
-	spec.SnapshotTemplate = &schedulev1alpha1.SnapshotTemplate{Labels: map[string]string{"team": "a"}, VolumeGroupSnapshotClassName: ptr("gclass")}
+	spec.SnapshotTemplate = &schedulev1alpha1.SnapshotTemplate{Labels: map[string]string{"team": "a"}, VolumeGroupSnapshotClassName: ptr.To("gclass")}
 	e.schedule(t, "db", spec)
 	e.resume(t, "db", start)
 	e.startController(t)
@@ -195,7 +196,7 @@ func TestGroup(t *testing.T) {
 		if g.Spec.Source.Selector == nil || g.Spec.Source.Selector.MatchLabels["app"] != "db" || *g.Spec.VolumeGroupSnapshotClassName != "gclass" || g.Labels["team"] != "a" {
 			t.Errorf("group snapshot %s: %+v %v", g.Name, g.Spec, g.Labels)
 		}
-		g.Status = &groupv1.VolumeGroupSnapshotStatus{ReadyToUse: ptr(true)}
+		g.Status = &groupv1.VolumeGroupSnapshotStatus{ReadyToUse: ptr.To(true)}
 		if _, err := groups.UpdateStatus(context.Background(), g, metav1.UpdateOptions{}); err != nil {
 			t.Fatal(err)
 		}
@@ -224,7 +225,7 @@ func TestGroup(t *testing.T) {
 func TestInvalid(t *testing.T) {
 	e := setup(t)
 	spec := hourly(nil)
-	spec.TimeZone = ptr("Mars/Olympus_Mons")
+	spec.TimeZone = ptr.To("Mars/Olympus_Mons")
 	e.schedule(t, "tz", spec)
 	never := hourly(nil)
 	never.Schedule = "0 0 30 2 *"
@@ -232,6 +233,6 @@ func TestInvalid(t *testing.T) {
 	e.startController(t)
 	e.waitSchedule(t, "tz", condition(schedulev1alpha1.ConditionReady, metav1.ConditionFalse, "UnknownTimeZone"))
 	e.waitSchedule(t, "never", condition(schedulev1alpha1.ConditionReady, metav1.ConditionFalse, "InvalidSchedule"))
-	e.update(t, "tz", func(s *schedulev1alpha1.SnapshotSchedule) { s.Spec.TimeZone = ptr("Europe/Berlin") })
+	e.update(t, "tz", func(s *schedulev1alpha1.SnapshotSchedule) { s.Spec.TimeZone = ptr.To("Europe/Berlin") })
 	e.waitSchedule(t, "tz", condition(schedulev1alpha1.ConditionReady, metav1.ConditionTrue, "Scheduled"))
 }

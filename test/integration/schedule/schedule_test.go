@@ -7,6 +7,7 @@ import (
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
 
 	schedulev1alpha1 "github.com/shutter-csi/shutter/client/apis/snapshotschedule/v1alpha1"
 )
@@ -48,7 +49,7 @@ func TestEveryMinute(t *testing.T) {
 	e.claim(t, "data", map[string]string{"app": "db"})
 	e.claim(t, "other", map[string]string{"app": "web"})
 	e.schedule(t, "every", schedulev1alpha1.SnapshotScheduleSpec{
-		Schedule: "* * * * *", TimeZone: ptr("Europe/Berlin"),
+		Schedule: "* * * * *", TimeZone: ptr.To("Europe/Berlin"),
 		ClaimSelector: metav1.LabelSelector{MatchLabels: map[string]string{"app": "db"}},
 		Retention:     &schedulev1alpha1.Retention{MaxCount: int32p(3), Hourly: int32p(4), Daily: int32p(2), Weekly: int32p(2)},
 	})
@@ -101,5 +102,3 @@ func mustZone(t *testing.T, name string) *time.Location {
 	}
 	return loc
 }
-
-func ptr[T any](v T) *T { return &v }

@@ -25,6 +25,7 @@ import (
 	"k8s.io/client-go/tools/record"
 	"k8s.io/klog/v2"
 	testingclock "k8s.io/utils/clock/testing"
+	"k8s.io/utils/ptr"
 
 	schedulev1alpha1 "github.com/shutter-csi/shutter/client/apis/snapshotschedule/v1alpha1"
 	snapshotv1 "github.com/shutter-csi/shutter/client/apis/volumesnapshot/v1"
@@ -231,7 +232,7 @@ func (e *env) readyActor(t *testing.T) {
 	for range 4 {
 		wg.Go(func() {
 			for vs := range todo {
-				vs.Status = &snapshotv1.VolumeSnapshotStatus{ReadyToUse: ptr(true)}
+				vs.Status = &snapshotv1.VolumeSnapshotStatus{ReadyToUse: ptr.To(true)}
 				if _, err := e.client.SnapshotV1().VolumeSnapshots(e.ns).UpdateStatus(ctx, vs, metav1.UpdateOptions{}); err != nil && ctx.Err() == nil {
 					t.Errorf("mark %s ready: %v", vs.Name, err)
 				}

@@ -13,6 +13,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/rest"
+	"k8s.io/utils/ptr"
 
 	schedulev1alpha1 "github.com/shutter-csi/shutter/client/apis/snapshotschedule/v1alpha1"
 	snapshotv1 "github.com/shutter-csi/shutter/client/apis/volumesnapshot/v1"
@@ -59,7 +60,7 @@ func forge(t *testing.T, tenant clientset.Interface, s *schedulev1alpha1.Snapsho
 			Labels:      map[string]string{schedulev1alpha1.LabelSchedule: s.Name},
 			Annotations: map[string]string{schedulev1alpha1.AnnotationScheduledTime: at.UTC().Format(time.RFC3339)},
 			OwnerReferences: []metav1.OwnerReference{{APIVersion: schedulev1alpha1.SchemeGroupVersion.String(),
-				Kind: "SnapshotSchedule", Name: s.Name, UID: s.UID, Controller: ptr(true)}}},
+				Kind: "SnapshotSchedule", Name: s.Name, UID: s.UID, Controller: ptr.To(true)}}},
 		Spec: snapshotv1.VolumeSnapshotSpec{Source: snapshotv1.VolumeSnapshotSource{PersistentVolumeClaimName: &claim}},
 	}
 	if _, err := tenant.SnapshotV1().VolumeSnapshots(s.Namespace).Create(context.Background(), vs, metav1.CreateOptions{}); err != nil {

@@ -6,16 +6,15 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/uuid"
-	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/utils/ptr"
 
 	groupv1 "github.com/shutter-csi/shutter/client/apis/volumegroupsnapshot/v1"
 	snapshotv1 "github.com/shutter-csi/shutter/client/apis/volumesnapshot/v1"
 	"github.com/shutter-csi/shutter/pkg/protocol"
+	"github.com/shutter-csi/shutter/test/testenv"
 )
 
 // TestGroupContent: a dynamic group content of two volumes is created with one group
@@ -45,16 +44,10 @@ func TestGroupContent(t *testing.T) {
 	})
 	poll := func(what string, cond func(*groupv1.VolumeGroupSnapshotContent) bool) {
 		t.Helper()
-		err := wait.PollUntilContextTimeout(t.Context(), 50*time.Millisecond, 30*time.Second, true, func(ctx context.Context) (bool, error) {
-			got, err := contents.Get(ctx, g.Name, metav1.GetOptions{})
-			if apierrors.IsNotFound(err) {
-				return cond(nil), nil
-			}
+		if got := testenv.WaitFor(t, "group content "+what, 30*time.Second, func(ctx context.Context) (*groupv1.VolumeGroupSnapshotContent, error) {
+			return contents.Get(ctx, g.Name, metav1.GetOptions{})
+		}, cond); got != nil {
 			g = got
-			return err == nil && cond(got), err
-		})
-		if err != nil {
-			t.Fatalf("group content never %s: %v; last %+v", what, err, g)
 		}
 	}
 	poll("ready", func(g *groupv1.VolumeGroupSnapshotContent) bool {

@@ -16,7 +16,6 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 	"k8s.io/apimachinery/pkg/util/rand"
-	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/klog/v2"
@@ -107,17 +106,14 @@ func (h *harness) restartDriver(t *testing.T) {
 
 func waitForSocket(t *testing.T, path string) {
 	t.Helper()
-	err := wait.PollUntilContextTimeout(t.Context(), 20*time.Millisecond, 10*time.Second, true, func(context.Context) (bool, error) {
+	testenv.WaitUntil(t, "socket "+path+" accepts", 10*time.Second, func(context.Context) bool {
 		c, err := net.Dial("unix", path)
 		if err != nil {
-			return false, nil
+			return false
 		}
 		_ = c.Close()
-		return true, nil
+		return true
 	})
-	if err != nil {
-		t.Fatalf("socket %s: %v", path, err)
-	}
 }
 
 // createVolume makes a volume on the driver, as a provisioner would, and returns its id.

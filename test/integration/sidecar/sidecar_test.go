@@ -13,7 +13,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/uuid"
-	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/utils/ptr"
 
 	snapshotv1 "github.com/shutter-csi/shutter/client/apis/volumesnapshot/v1"
@@ -291,14 +290,11 @@ func TestDriverRestart(t *testing.T) {
 		return c.Annotations[protocol.AnnBeingCreated] == "yes"
 	})
 	// Restart only once the call is held at the proxy: in flight, the backend already working.
-	err := wait.PollUntilContextTimeout(t.Context(), 10*time.Millisecond, 10*time.Second, true, func(context.Context) (bool, error) {
+	testenv.WaitUntil(t, "CreateSnapshot reaches the driver", 10*time.Second, func(context.Context) bool {
 		h.proxy.mu.Lock()
 		defer h.proxy.mu.Unlock()
-		return h.proxy.creates == 1, nil
+		return h.proxy.creates == 1
 	})
-	if err != nil {
-		t.Fatal("CreateSnapshot never reached the driver")
-	}
 	h.proxy.restart(t, h.socket("proxy"), func() {
 		h.restartDriver(t)
 		h.proxy.mu.Lock()

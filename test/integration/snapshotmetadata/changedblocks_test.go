@@ -1,13 +1,17 @@
 package snapshotmetadata
 
 import (
+	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"os"
 	"os/exec"
 	"reflect"
+	"runtime"
 	"strings"
 	"testing"
+	"time"
 
 	api "github.com/kubernetes-csi/external-snapshot-metadata/pkg/api"
 	"github.com/kubernetes-csi/external-snapshot-metadata/pkg/iterator"
@@ -38,6 +42,9 @@ func TestChangedBlocks(t *testing.T) {
 	handleB := e.snapshot(t, "b", vol)
 	other, _ := e.volume(t, e.ns+"-other", "")
 	handleC := e.snapshot(t, "c", other)
+	handleGone := e.snapshot(t, "gone", vol)
+	e.deleteSnapshot(t, "gone", handleGone)
+	e.pendingSnapshot(t, "pending")
 	e.serviceAccount(t, "backup", true)
 	e.serviceAccount(t, "nobody", false)
 
@@ -88,7 +95,13 @@ func TestChangedBlocks(t *testing.T) {
 		{"wrong audience", changedblocks.Request{Token: token("backup", "someone-else"), Snapshot: "b", BaseID: handleA}, codes.Unauthenticated},
 		{"different volumes", changedblocks.Request{Token: backup, Snapshot: "b", BaseID: handleC}, codes.InvalidArgument},
 		{"unknown snapshot", changedblocks.Request{Token: backup, Snapshot: "nope"}, codes.NotFound},
-		{"deleted base", changedblocks.Request{Token: backup, Snapshot: "b", BaseID: "snap-gone"}, codes.NotFound},
+		{"unknown base", changedblocks.Request{Token: backup, Snapshot: "b", BaseID: "snap-gone"}, codes.NotFound},
+		{"deleted base", changedblocks.Request{Token: backup, Snapshot: "b", BaseID: handleGone}, codes.NotFound},
+		{"not ready", changedblocks.Request{Token: backup, Snapshot: "pending"}, codes.Unavailable},
+		{"huge starting_offset", changedblocks.Request{Token: backup, Snapshot: "b", BaseID: handleA, StartingOffset: 1 << 62}, codes.OutOfRange},
+		{"starting_offset past the end", changedblocks.Request{Token: backup, Snapshot: "a", StartingOffset: volumeSize + 1}, codes.OutOfRange},
+		{"negative starting_offset", changedblocks.Request{Token: backup, Snapshot: "a", StartingOffset: -1}, codes.OutOfRange},
+		{"negative max_results", changedblocks.Request{Token: backup, Snapshot: "b", BaseID: handleA, MaxResults: -1}, codes.InvalidArgument},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			if _, err := list(tt.req); status.Code(err) != tt.code {
@@ -96,6 +109,17 @@ func TestChangedBlocks(t *testing.T) {
 			}
 		})
 	}
+
+	t.Run("max_results 0 lets the driver choose", func(t *testing.T) {
+		delta, err := list(changedblocks.Request{Token: backup, Snapshot: "b", BaseID: handleA, MaxResults: 0})
+		if err != nil || len(delta) != 1 || !reflect.DeepEqual(flatten(delta), changed) {
+			t.Errorf("delta A→B with max_results 0 = %v in %d messages, %v; want %v in one", flatten(delta), len(delta), err, changed)
+		}
+	})
+
+	t.Run("client stops reading", func(t *testing.T) {
+		stopsReading(t, e, svc, backup, vol)
+	})
 
 	t.Run("kubectl shutter changed-blocks", func(t *testing.T) {
 		kubeconfig := testenv.Start(t).Kubeconfig
@@ -159,6 +183,48 @@ func TestChangedBlocks(t *testing.T) {
 			t.Errorf("upstream iterator as nobody: %v, want PermissionDenied", err)
 		}
 	})
+}
+
+// stopsReading asks for the allocated ranges of a new snapshot of vol, one a message, and stops
+// reading after the first: meanwhile the snapshot can be deleted (the call holds nothing of it);
+// when the client then cancels, the call ends with Canceled and no goroutine of the sidecar or
+// the driver (both in this process) is left.
+func stopsReading(t *testing.T, e *env, svc *changedblocks.Service, token, vol string) {
+	handle := e.snapshot(t, "stall", vol)
+	req := changedblocks.Request{Token: token, Namespace: e.ns, Snapshot: "stall", MaxResults: 1}
+	base := runtime.NumGoroutine()
+	ctx, cancel := context.WithCancel(t.Context())
+	defer cancel()
+	first, done := make(chan struct{}), make(chan error, 1)
+	go func() {
+		n := 0
+		done <- svc.List(ctx, req, func(changedblocks.Batch) error {
+			if n++; n == 1 {
+				close(first)
+				<-ctx.Done() // the client stops reading, then gives up
+				return ctx.Err()
+			}
+			return nil
+		})
+	}()
+	select {
+	case <-first:
+	case err := <-done:
+		t.Fatalf("the call ended before its first message: %v", err)
+	}
+	e.deleteSnapshot(t, "stall", handle)
+	cancel()
+	if err := <-done; !errors.Is(err, context.Canceled) && status.Code(err) != codes.Canceled {
+		t.Errorf("the stopped call ended with %v, want Canceled", err)
+	}
+	deadline := time.Now().Add(20 * time.Second)
+	for runtime.NumGoroutine() > base {
+		if time.Now().After(deadline) {
+			buf := make([]byte, 1<<20)
+			t.Fatalf("%d goroutines, %d before the call:\n%s", runtime.NumGoroutine(), base, buf[:runtime.Stack(buf, true)])
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
 }
 
 // listerEnv names a snapshot-metadata-lister binary of upstream's to run against the sidecar as

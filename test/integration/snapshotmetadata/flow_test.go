@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -45,20 +46,24 @@ type env struct {
 	kube      kubernetes.Interface
 	snapshots clientset.Interface
 	ctrl      csi.ControllerClient
-	// volumePath is where the driver keeps a block volume's data.
+	// volumePath is where the driver keeps a volume's data (a filesystem volume's is a folder).
 	volumePath func(id string) string
-	ns         string
+	// dataDir is the driver's data folder.
+	dataDir string
+	ns      string
 }
 
 // upstreamHostpathEnv names a binary of upstream's csi-driver-host-path to test the sidecar in
 // front of instead of Shutter's driver (by hand: that driver is not a Go module the proxy serves).
 const upstreamHostpathEnv = "SHUTTER_UPSTREAM_HOSTPATH"
 
-// startDriver serves a driver on socket: Shutter's hostpath driver in this process, or
-// upstream's binary named by $SHUTTER_UPSTREAM_HOSTPATH. Its end is sent on served.
-func (e *env) startDriver(t *testing.T, ctx context.Context, dir, socket string, served chan<- error) (stop func()) {
+// startDriver serves a driver on socket: Shutter's hostpath driver in this process, with its
+// options changed by opts, or upstream's binary named by $SHUTTER_UPSTREAM_HOSTPATH. Its end is
+// sent on served.
+func (e *env) startDriver(t *testing.T, ctx context.Context, dir, socket string, served chan<- error, opts ...func(*hostpath.Options)) (stop func()) {
 	t.Helper()
 	data := filepath.Join(dir, "data")
+	e.dataDir = data
 	if bin := os.Getenv(upstreamHostpathEnv); bin != "" {
 		e.volumePath = func(id string) string { return filepath.Join(data, id) }
 		cmd := exec.CommandContext(ctx, bin, "--endpoint=unix://"+socket, "--drivername="+driverName, "--nodeid=node-1",
@@ -74,7 +79,13 @@ func (e *env) startDriver(t *testing.T, ctx context.Context, dir, socket string,
 	o := hostpath.DefaultOptions()
 	o.NodeID, o.DriverName, o.DataDir, o.EnableSnapshotMetadata = "node-1", driverName, data, true
 	o.Endpoint, o.Sync = "unix://"+socket, false
+	for _, f := range opts {
+		f(&o)
+	}
 	d, err := hostpath.New(ctx, o)
+	if err != nil && strings.Contains(err.Error(), "cannot work here") {
+		t.Skip(err)
+	}
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -86,7 +97,8 @@ func (e *env) startDriver(t *testing.T, ctx context.Context, dir, socket string,
 	return func() { _ = d.Close() }
 }
 
-func start(t *testing.T) *env {
+// start starts the env; driverOpts change the options of Shutter's driver.
+func start(t *testing.T, driverOpts ...func(*hostpath.Options)) *env {
 	t.Helper()
 	cp := testenv.Start(t)
 	testenv.InstallCRDs(t, cp.Config)
@@ -95,7 +107,7 @@ func start(t *testing.T) *env {
 	dir := t.TempDir()
 	served := make(chan error, 2)
 	socket := filepath.Join(dir, "csi.sock")
-	stopDriver := e.startDriver(t, ctx, dir, socket, served)
+	stopDriver := e.startDriver(t, ctx, dir, socket, served, driverOpts...)
 	conn, err := grpc.NewClient("unix://"+socket, grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
 		t.Fatal(err)
@@ -201,6 +213,50 @@ func (e *env) snapshot(t *testing.T, name, volume string) string {
 		t.Fatal(err)
 	}
 	return handle
+}
+
+// deleteSnapshot deletes the backend snapshot handle and the VolumeSnapshot name (its content
+// goes with the test), as the controller and csi-snapshotter would for a deleted snapshot.
+func (e *env) deleteSnapshot(t *testing.T, name, handle string) {
+	t.Helper()
+	ctx := context.Background()
+	if _, err := e.ctrl.DeleteSnapshot(ctx, &csi.DeleteSnapshotRequest{SnapshotId: handle}); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.snapshots.SnapshotV1().VolumeSnapshots(e.ns).Delete(ctx, name, metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// pendingSnapshot makes a VolumeSnapshot name whose backend snapshot is not cut yet: bound to a
+// content without a snapshot handle, not ready.
+func (e *env) pendingSnapshot(t *testing.T, name string) {
+	t.Helper()
+	ctx := context.Background()
+	content := "content-" + e.ns + "-" + name
+	vs, err := e.snapshots.SnapshotV1().VolumeSnapshots(e.ns).Create(ctx, &snapshotv1.VolumeSnapshot{
+		ObjectMeta: metav1.ObjectMeta{Name: name},
+		Spec:       snapshotv1.VolumeSnapshotSpec{Source: snapshotv1.VolumeSnapshotSource{VolumeSnapshotContentName: ptr.To(content)}},
+	}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = e.snapshots.SnapshotV1().VolumeSnapshotContents().Create(ctx, &snapshotv1.VolumeSnapshotContent{
+		ObjectMeta: metav1.ObjectMeta{Name: content},
+		Spec: snapshotv1.VolumeSnapshotContentSpec{Driver: driverName, DeletionPolicy: snapshotv1.VolumeSnapshotContentRetain,
+			VolumeSnapshotRef: corev1.ObjectReference{Namespace: e.ns, Name: name, UID: vs.UID},
+			Source:            snapshotv1.VolumeSnapshotContentSource{SnapshotHandle: ptr.To("snap-not-cut-yet")}},
+	}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_ = e.snapshots.SnapshotV1().VolumeSnapshotContents().Delete(context.Background(), content, metav1.DeleteOptions{})
+	})
+	vs.Status = &snapshotv1.VolumeSnapshotStatus{BoundVolumeSnapshotContentName: ptr.To(content), ReadyToUse: ptr.To(false)}
+	if _, err := e.snapshots.SnapshotV1().VolumeSnapshots(e.ns).UpdateStatus(ctx, vs, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
 }
 
 // serviceAccount creates a ServiceAccount; allowed binds it to a Role that may get

@@ -5,6 +5,7 @@
 // public one (the upstream external-snapshot-metadata CRD), field for field.
 //
 // +k8s:deepcopy-gen=package
+// +k8s:openapi-gen=true
 // +groupName=cbt.storage.k8s.io
 // +groupGoName=Cbt
 // +kubebuilder:object:generate=true

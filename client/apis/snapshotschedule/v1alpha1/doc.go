@@ -3,6 +3,7 @@
 // snapshot.storage.k8s.io kinds, its shape is Shutter's to define.
 //
 // +k8s:deepcopy-gen=package
+// +k8s:openapi-gen=true
 // +groupName=snapshot.shutter.dev
 // +groupGoName=Schedule
 // +kubebuilder:object:generate=true

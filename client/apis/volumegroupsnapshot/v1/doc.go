@@ -4,6 +4,7 @@
 // round-trip through.
 //
 // +k8s:deepcopy-gen=package
+// +k8s:openapi-gen=true
 // +groupName=groupsnapshot.storage.k8s.io
 // +kubebuilder:object:generate=true
 package v1

@@ -3,6 +3,7 @@
 // nothing here that an existing cluster's objects could not round-trip through.
 //
 // +k8s:deepcopy-gen=package
+// +k8s:openapi-gen=true
 // +groupName=snapshot.storage.k8s.io
 // +kubebuilder:object:generate=true
 package v1

@@ -43,6 +43,17 @@ chart creates (hostpath-namespace.yaml), or the release namespace. */}}
 {{- default .Release.Namespace .Values.hostpath.namespace -}}
 {{- end -}}
 
+{{/* The csi-snapshotter's leader election Lease (pkg/protocol SidecarLeaseName, the reference
+sidecar's name too) and the one Shutter's sidecars held before v0.2 (LegacySidecarLeaseName), which
+the sidecar reads to wait for an older replica. */}}
+{{- define "shutter.hostpath.leaseName" -}}
+{{- $name := regexReplaceAll "[^a-zA-Z0-9-]" (printf "external-snapshotter-leader-%s" .Values.hostpath.driverName) "-" -}}
+{{- if hasSuffix "-" $name }}{{ $name }}X{{ else }}{{ $name }}{{ end -}}
+{{- end -}}
+{{- define "shutter.hostpath.legacyLeaseName" -}}
+{{- printf "shutter-snapshotter-%s" (regexReplaceAll "[^a-z0-9.-]" (lower .Values.hostpath.driverName) "-" | trimAll "-.") -}}
+{{- end -}}
+
 {{- define "shutter.hostpath.serviceAccount" -}}
 {{- default (include "shutter.hostpath.name" .) .Values.hostpath.serviceAccount.name -}}
 {{- end -}}

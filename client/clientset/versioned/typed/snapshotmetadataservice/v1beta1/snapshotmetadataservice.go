@@ -22,6 +22,7 @@ import (
 	context "context"
 
 	snapshotmetadataservicev1beta1 "github.com/shutter-csi/shutter/client/apis/snapshotmetadataservice/v1beta1"
+	applyconfigurationsnapshotmetadataservicev1beta1 "github.com/shutter-csi/shutter/client/applyconfiguration/snapshotmetadataservice/v1beta1"
 	scheme "github.com/shutter-csi/shutter/client/clientset/versioned/scheme"
 	v1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	types "k8s.io/apimachinery/pkg/types"
@@ -45,18 +46,19 @@ type SnapshotMetadataServiceInterface interface {
 	List(ctx context.Context, opts v1.ListOptions) (*snapshotmetadataservicev1beta1.SnapshotMetadataServiceList, error)
 	Watch(ctx context.Context, opts v1.ListOptions) (watch.Interface, error)
 	Patch(ctx context.Context, name string, pt types.PatchType, data []byte, opts v1.PatchOptions, subresources ...string) (result *snapshotmetadataservicev1beta1.SnapshotMetadataService, err error)
+	Apply(ctx context.Context, snapshotMetadataService *applyconfigurationsnapshotmetadataservicev1beta1.SnapshotMetadataServiceApplyConfiguration, opts v1.ApplyOptions) (result *snapshotmetadataservicev1beta1.SnapshotMetadataService, err error)
 	SnapshotMetadataServiceExpansion
 }
 
 // snapshotMetadataServices implements SnapshotMetadataServiceInterface
 type snapshotMetadataServices struct {
-	*gentype.ClientWithList[*snapshotmetadataservicev1beta1.SnapshotMetadataService, *snapshotmetadataservicev1beta1.SnapshotMetadataServiceList]
+	*gentype.ClientWithListAndApply[*snapshotmetadataservicev1beta1.SnapshotMetadataService, *snapshotmetadataservicev1beta1.SnapshotMetadataServiceList, *applyconfigurationsnapshotmetadataservicev1beta1.SnapshotMetadataServiceApplyConfiguration]
 }
 
 // newSnapshotMetadataServices returns a SnapshotMetadataServices
 func newSnapshotMetadataServices(c *CbtV1beta1Client) *snapshotMetadataServices {
 	return &snapshotMetadataServices{
-		gentype.NewClientWithList[*snapshotmetadataservicev1beta1.SnapshotMetadataService, *snapshotmetadataservicev1beta1.SnapshotMetadataServiceList](
+		gentype.NewClientWithListAndApply[*snapshotmetadataservicev1beta1.SnapshotMetadataService, *snapshotmetadataservicev1beta1.SnapshotMetadataServiceList, *applyconfigurationsnapshotmetadataservicev1beta1.SnapshotMetadataServiceApplyConfiguration](
 			"snapshotmetadataservices",
 			c.RESTClient(),
 			scheme.ParameterCodec,

@@ -22,6 +22,7 @@ import (
 	context "context"
 
 	snapshotschedulev1alpha1 "github.com/shutter-csi/shutter/client/apis/snapshotschedule/v1alpha1"
+	applyconfigurationsnapshotschedulev1alpha1 "github.com/shutter-csi/shutter/client/applyconfiguration/snapshotschedule/v1alpha1"
 	scheme "github.com/shutter-csi/shutter/client/clientset/versioned/scheme"
 	v1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	types "k8s.io/apimachinery/pkg/types"
@@ -47,18 +48,21 @@ type SnapshotScheduleInterface interface {
 	List(ctx context.Context, opts v1.ListOptions) (*snapshotschedulev1alpha1.SnapshotScheduleList, error)
 	Watch(ctx context.Context, opts v1.ListOptions) (watch.Interface, error)
 	Patch(ctx context.Context, name string, pt types.PatchType, data []byte, opts v1.PatchOptions, subresources ...string) (result *snapshotschedulev1alpha1.SnapshotSchedule, err error)
+	Apply(ctx context.Context, snapshotSchedule *applyconfigurationsnapshotschedulev1alpha1.SnapshotScheduleApplyConfiguration, opts v1.ApplyOptions) (result *snapshotschedulev1alpha1.SnapshotSchedule, err error)
+	// Add a +genclient:noStatus comment above the type to avoid generating ApplyStatus().
+	ApplyStatus(ctx context.Context, snapshotSchedule *applyconfigurationsnapshotschedulev1alpha1.SnapshotScheduleApplyConfiguration, opts v1.ApplyOptions) (result *snapshotschedulev1alpha1.SnapshotSchedule, err error)
 	SnapshotScheduleExpansion
 }
 
 // snapshotSchedules implements SnapshotScheduleInterface
 type snapshotSchedules struct {
-	*gentype.ClientWithList[*snapshotschedulev1alpha1.SnapshotSchedule, *snapshotschedulev1alpha1.SnapshotScheduleList]
+	*gentype.ClientWithListAndApply[*snapshotschedulev1alpha1.SnapshotSchedule, *snapshotschedulev1alpha1.SnapshotScheduleList, *applyconfigurationsnapshotschedulev1alpha1.SnapshotScheduleApplyConfiguration]
 }
 
 // newSnapshotSchedules returns a SnapshotSchedules
 func newSnapshotSchedules(c *ScheduleV1alpha1Client, namespace string) *snapshotSchedules {
 	return &snapshotSchedules{
-		gentype.NewClientWithList[*snapshotschedulev1alpha1.SnapshotSchedule, *snapshotschedulev1alpha1.SnapshotScheduleList](
+		gentype.NewClientWithListAndApply[*snapshotschedulev1alpha1.SnapshotSchedule, *snapshotschedulev1alpha1.SnapshotScheduleList, *applyconfigurationsnapshotschedulev1alpha1.SnapshotScheduleApplyConfiguration](
 			"snapshotschedules",
 			c.RESTClient(),
 			scheme.ParameterCodec,

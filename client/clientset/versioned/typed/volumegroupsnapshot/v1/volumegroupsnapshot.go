@@ -22,6 +22,7 @@ import (
 	context "context"
 
 	volumegroupsnapshotv1 "github.com/shutter-csi/shutter/client/apis/volumegroupsnapshot/v1"
+	applyconfigurationvolumegroupsnapshotv1 "github.com/shutter-csi/shutter/client/applyconfiguration/volumegroupsnapshot/v1"
 	scheme "github.com/shutter-csi/shutter/client/clientset/versioned/scheme"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	types "k8s.io/apimachinery/pkg/types"
@@ -47,18 +48,21 @@ type VolumeGroupSnapshotInterface interface {
 	List(ctx context.Context, opts metav1.ListOptions) (*volumegroupsnapshotv1.VolumeGroupSnapshotList, error)
 	Watch(ctx context.Context, opts metav1.ListOptions) (watch.Interface, error)
 	Patch(ctx context.Context, name string, pt types.PatchType, data []byte, opts metav1.PatchOptions, subresources ...string) (result *volumegroupsnapshotv1.VolumeGroupSnapshot, err error)
+	Apply(ctx context.Context, volumeGroupSnapshot *applyconfigurationvolumegroupsnapshotv1.VolumeGroupSnapshotApplyConfiguration, opts metav1.ApplyOptions) (result *volumegroupsnapshotv1.VolumeGroupSnapshot, err error)
+	// Add a +genclient:noStatus comment above the type to avoid generating ApplyStatus().
+	ApplyStatus(ctx context.Context, volumeGroupSnapshot *applyconfigurationvolumegroupsnapshotv1.VolumeGroupSnapshotApplyConfiguration, opts metav1.ApplyOptions) (result *volumegroupsnapshotv1.VolumeGroupSnapshot, err error)
 	VolumeGroupSnapshotExpansion
 }
 
 // volumeGroupSnapshots implements VolumeGroupSnapshotInterface
 type volumeGroupSnapshots struct {
-	*gentype.ClientWithList[*volumegroupsnapshotv1.VolumeGroupSnapshot, *volumegroupsnapshotv1.VolumeGroupSnapshotList]
+	*gentype.ClientWithListAndApply[*volumegroupsnapshotv1.VolumeGroupSnapshot, *volumegroupsnapshotv1.VolumeGroupSnapshotList, *applyconfigurationvolumegroupsnapshotv1.VolumeGroupSnapshotApplyConfiguration]
 }
 
 // newVolumeGroupSnapshots returns a VolumeGroupSnapshots
 func newVolumeGroupSnapshots(c *GroupsnapshotV1Client, namespace string) *volumeGroupSnapshots {
 	return &volumeGroupSnapshots{
-		gentype.NewClientWithList[*volumegroupsnapshotv1.VolumeGroupSnapshot, *volumegroupsnapshotv1.VolumeGroupSnapshotList](
+		gentype.NewClientWithListAndApply[*volumegroupsnapshotv1.VolumeGroupSnapshot, *volumegroupsnapshotv1.VolumeGroupSnapshotList, *applyconfigurationvolumegroupsnapshotv1.VolumeGroupSnapshotApplyConfiguration](
 			"volumegroupsnapshots",
 			c.RESTClient(),
 			scheme.ParameterCodec,

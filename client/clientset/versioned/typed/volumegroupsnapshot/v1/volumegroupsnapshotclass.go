@@ -22,6 +22,7 @@ import (
 	context "context"
 
 	volumegroupsnapshotv1 "github.com/shutter-csi/shutter/client/apis/volumegroupsnapshot/v1"
+	applyconfigurationvolumegroupsnapshotv1 "github.com/shutter-csi/shutter/client/applyconfiguration/volumegroupsnapshot/v1"
 	scheme "github.com/shutter-csi/shutter/client/clientset/versioned/scheme"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	types "k8s.io/apimachinery/pkg/types"
@@ -45,18 +46,19 @@ type VolumeGroupSnapshotClassInterface interface {
 	List(ctx context.Context, opts metav1.ListOptions) (*volumegroupsnapshotv1.VolumeGroupSnapshotClassList, error)
 	Watch(ctx context.Context, opts metav1.ListOptions) (watch.Interface, error)
 	Patch(ctx context.Context, name string, pt types.PatchType, data []byte, opts metav1.PatchOptions, subresources ...string) (result *volumegroupsnapshotv1.VolumeGroupSnapshotClass, err error)
+	Apply(ctx context.Context, volumeGroupSnapshotClass *applyconfigurationvolumegroupsnapshotv1.VolumeGroupSnapshotClassApplyConfiguration, opts metav1.ApplyOptions) (result *volumegroupsnapshotv1.VolumeGroupSnapshotClass, err error)
 	VolumeGroupSnapshotClassExpansion
 }
 
 // volumeGroupSnapshotClasses implements VolumeGroupSnapshotClassInterface
 type volumeGroupSnapshotClasses struct {
-	*gentype.ClientWithList[*volumegroupsnapshotv1.VolumeGroupSnapshotClass, *volumegroupsnapshotv1.VolumeGroupSnapshotClassList]
+	*gentype.ClientWithListAndApply[*volumegroupsnapshotv1.VolumeGroupSnapshotClass, *volumegroupsnapshotv1.VolumeGroupSnapshotClassList, *applyconfigurationvolumegroupsnapshotv1.VolumeGroupSnapshotClassApplyConfiguration]
 }
 
 // newVolumeGroupSnapshotClasses returns a VolumeGroupSnapshotClasses
 func newVolumeGroupSnapshotClasses(c *GroupsnapshotV1Client) *volumeGroupSnapshotClasses {
 	return &volumeGroupSnapshotClasses{
-		gentype.NewClientWithList[*volumegroupsnapshotv1.VolumeGroupSnapshotClass, *volumegroupsnapshotv1.VolumeGroupSnapshotClassList](
+		gentype.NewClientWithListAndApply[*volumegroupsnapshotv1.VolumeGroupSnapshotClass, *volumegroupsnapshotv1.VolumeGroupSnapshotClassList, *applyconfigurationvolumegroupsnapshotv1.VolumeGroupSnapshotClassApplyConfiguration](
 			"volumegroupsnapshotclasses",
 			c.RESTClient(),
 			scheme.ParameterCodec,

@@ -22,6 +22,7 @@ import (
 	context "context"
 
 	volumegroupsnapshotv1 "github.com/shutter-csi/shutter/client/apis/volumegroupsnapshot/v1"
+	applyconfigurationvolumegroupsnapshotv1 "github.com/shutter-csi/shutter/client/applyconfiguration/volumegroupsnapshot/v1"
 	scheme "github.com/shutter-csi/shutter/client/clientset/versioned/scheme"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	types "k8s.io/apimachinery/pkg/types"
@@ -47,18 +48,21 @@ type VolumeGroupSnapshotContentInterface interface {
 	List(ctx context.Context, opts metav1.ListOptions) (*volumegroupsnapshotv1.VolumeGroupSnapshotContentList, error)
 	Watch(ctx context.Context, opts metav1.ListOptions) (watch.Interface, error)
 	Patch(ctx context.Context, name string, pt types.PatchType, data []byte, opts metav1.PatchOptions, subresources ...string) (result *volumegroupsnapshotv1.VolumeGroupSnapshotContent, err error)
+	Apply(ctx context.Context, volumeGroupSnapshotContent *applyconfigurationvolumegroupsnapshotv1.VolumeGroupSnapshotContentApplyConfiguration, opts metav1.ApplyOptions) (result *volumegroupsnapshotv1.VolumeGroupSnapshotContent, err error)
+	// Add a +genclient:noStatus comment above the type to avoid generating ApplyStatus().
+	ApplyStatus(ctx context.Context, volumeGroupSnapshotContent *applyconfigurationvolumegroupsnapshotv1.VolumeGroupSnapshotContentApplyConfiguration, opts metav1.ApplyOptions) (result *volumegroupsnapshotv1.VolumeGroupSnapshotContent, err error)
 	VolumeGroupSnapshotContentExpansion
 }
 
 // volumeGroupSnapshotContents implements VolumeGroupSnapshotContentInterface
 type volumeGroupSnapshotContents struct {
-	*gentype.ClientWithList[*volumegroupsnapshotv1.VolumeGroupSnapshotContent, *volumegroupsnapshotv1.VolumeGroupSnapshotContentList]
+	*gentype.ClientWithListAndApply[*volumegroupsnapshotv1.VolumeGroupSnapshotContent, *volumegroupsnapshotv1.VolumeGroupSnapshotContentList, *applyconfigurationvolumegroupsnapshotv1.VolumeGroupSnapshotContentApplyConfiguration]
 }
 
 // newVolumeGroupSnapshotContents returns a VolumeGroupSnapshotContents
 func newVolumeGroupSnapshotContents(c *GroupsnapshotV1Client) *volumeGroupSnapshotContents {
 	return &volumeGroupSnapshotContents{
-		gentype.NewClientWithList[*volumegroupsnapshotv1.VolumeGroupSnapshotContent, *volumegroupsnapshotv1.VolumeGroupSnapshotContentList](
+		gentype.NewClientWithListAndApply[*volumegroupsnapshotv1.VolumeGroupSnapshotContent, *volumegroupsnapshotv1.VolumeGroupSnapshotContentList, *applyconfigurationvolumegroupsnapshotv1.VolumeGroupSnapshotContentApplyConfiguration](
 			"volumegroupsnapshotcontents",
 			c.RESTClient(),
 			scheme.ParameterCodec,

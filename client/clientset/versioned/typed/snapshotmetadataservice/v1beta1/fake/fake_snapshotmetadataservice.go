@@ -20,19 +20,20 @@ package fake
 
 import (
 	v1beta1 "github.com/shutter-csi/shutter/client/apis/snapshotmetadataservice/v1beta1"
-	snapshotmetadataservicev1beta1 "github.com/shutter-csi/shutter/client/clientset/versioned/typed/snapshotmetadataservice/v1beta1"
+	snapshotmetadataservicev1beta1 "github.com/shutter-csi/shutter/client/applyconfiguration/snapshotmetadataservice/v1beta1"
+	typedsnapshotmetadataservicev1beta1 "github.com/shutter-csi/shutter/client/clientset/versioned/typed/snapshotmetadataservice/v1beta1"
 	gentype "k8s.io/client-go/gentype"
 )
 
 // fakeSnapshotMetadataServices implements SnapshotMetadataServiceInterface
 type fakeSnapshotMetadataServices struct {
-	*gentype.FakeClientWithList[*v1beta1.SnapshotMetadataService, *v1beta1.SnapshotMetadataServiceList]
+	*gentype.FakeClientWithListAndApply[*v1beta1.SnapshotMetadataService, *v1beta1.SnapshotMetadataServiceList, *snapshotmetadataservicev1beta1.SnapshotMetadataServiceApplyConfiguration]
 	Fake *FakeCbtV1beta1
 }
 
-func newFakeSnapshotMetadataServices(fake *FakeCbtV1beta1) snapshotmetadataservicev1beta1.SnapshotMetadataServiceInterface {
+func newFakeSnapshotMetadataServices(fake *FakeCbtV1beta1) typedsnapshotmetadataservicev1beta1.SnapshotMetadataServiceInterface {
 	return &fakeSnapshotMetadataServices{
-		gentype.NewFakeClientWithList[*v1beta1.SnapshotMetadataService, *v1beta1.SnapshotMetadataServiceList](
+		gentype.NewFakeClientWithListAndApply[*v1beta1.SnapshotMetadataService, *v1beta1.SnapshotMetadataServiceList, *snapshotmetadataservicev1beta1.SnapshotMetadataServiceApplyConfiguration](
 			fake.Fake,
 			"",
 			v1beta1.SchemeGroupVersion.WithResource("snapshotmetadataservices"),

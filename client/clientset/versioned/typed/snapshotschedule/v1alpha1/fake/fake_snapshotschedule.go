@@ -20,19 +20,20 @@ package fake
 
 import (
 	v1alpha1 "github.com/shutter-csi/shutter/client/apis/snapshotschedule/v1alpha1"
-	snapshotschedulev1alpha1 "github.com/shutter-csi/shutter/client/clientset/versioned/typed/snapshotschedule/v1alpha1"
+	snapshotschedulev1alpha1 "github.com/shutter-csi/shutter/client/applyconfiguration/snapshotschedule/v1alpha1"
+	typedsnapshotschedulev1alpha1 "github.com/shutter-csi/shutter/client/clientset/versioned/typed/snapshotschedule/v1alpha1"
 	gentype "k8s.io/client-go/gentype"
 )
 
 // fakeSnapshotSchedules implements SnapshotScheduleInterface
 type fakeSnapshotSchedules struct {
-	*gentype.FakeClientWithList[*v1alpha1.SnapshotSchedule, *v1alpha1.SnapshotScheduleList]
+	*gentype.FakeClientWithListAndApply[*v1alpha1.SnapshotSchedule, *v1alpha1.SnapshotScheduleList, *snapshotschedulev1alpha1.SnapshotScheduleApplyConfiguration]
 	Fake *FakeScheduleV1alpha1
 }
 
-func newFakeSnapshotSchedules(fake *FakeScheduleV1alpha1, namespace string) snapshotschedulev1alpha1.SnapshotScheduleInterface {
+func newFakeSnapshotSchedules(fake *FakeScheduleV1alpha1, namespace string) typedsnapshotschedulev1alpha1.SnapshotScheduleInterface {
 	return &fakeSnapshotSchedules{
-		gentype.NewFakeClientWithList[*v1alpha1.SnapshotSchedule, *v1alpha1.SnapshotScheduleList](
+		gentype.NewFakeClientWithListAndApply[*v1alpha1.SnapshotSchedule, *v1alpha1.SnapshotScheduleList, *snapshotschedulev1alpha1.SnapshotScheduleApplyConfiguration](
 			fake.Fake,
 			namespace,
 			v1alpha1.SchemeGroupVersion.WithResource("snapshotschedules"),

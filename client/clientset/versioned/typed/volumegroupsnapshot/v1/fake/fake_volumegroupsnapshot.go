@@ -20,19 +20,20 @@ package fake
 
 import (
 	v1 "github.com/shutter-csi/shutter/client/apis/volumegroupsnapshot/v1"
-	volumegroupsnapshotv1 "github.com/shutter-csi/shutter/client/clientset/versioned/typed/volumegroupsnapshot/v1"
+	volumegroupsnapshotv1 "github.com/shutter-csi/shutter/client/applyconfiguration/volumegroupsnapshot/v1"
+	typedvolumegroupsnapshotv1 "github.com/shutter-csi/shutter/client/clientset/versioned/typed/volumegroupsnapshot/v1"
 	gentype "k8s.io/client-go/gentype"
 )
 
 // fakeVolumeGroupSnapshots implements VolumeGroupSnapshotInterface
 type fakeVolumeGroupSnapshots struct {
-	*gentype.FakeClientWithList[*v1.VolumeGroupSnapshot, *v1.VolumeGroupSnapshotList]
+	*gentype.FakeClientWithListAndApply[*v1.VolumeGroupSnapshot, *v1.VolumeGroupSnapshotList, *volumegroupsnapshotv1.VolumeGroupSnapshotApplyConfiguration]
 	Fake *FakeGroupsnapshotV1
 }
 
-func newFakeVolumeGroupSnapshots(fake *FakeGroupsnapshotV1, namespace string) volumegroupsnapshotv1.VolumeGroupSnapshotInterface {
+func newFakeVolumeGroupSnapshots(fake *FakeGroupsnapshotV1, namespace string) typedvolumegroupsnapshotv1.VolumeGroupSnapshotInterface {
 	return &fakeVolumeGroupSnapshots{
-		gentype.NewFakeClientWithList[*v1.VolumeGroupSnapshot, *v1.VolumeGroupSnapshotList](
+		gentype.NewFakeClientWithListAndApply[*v1.VolumeGroupSnapshot, *v1.VolumeGroupSnapshotList, *volumegroupsnapshotv1.VolumeGroupSnapshotApplyConfiguration](
 			fake.Fake,
 			namespace,
 			v1.SchemeGroupVersion.WithResource("volumegroupsnapshots"),

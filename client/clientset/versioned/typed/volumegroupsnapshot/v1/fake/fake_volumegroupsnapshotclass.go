@@ -20,19 +20,20 @@ package fake
 
 import (
 	v1 "github.com/shutter-csi/shutter/client/apis/volumegroupsnapshot/v1"
-	volumegroupsnapshotv1 "github.com/shutter-csi/shutter/client/clientset/versioned/typed/volumegroupsnapshot/v1"
+	volumegroupsnapshotv1 "github.com/shutter-csi/shutter/client/applyconfiguration/volumegroupsnapshot/v1"
+	typedvolumegroupsnapshotv1 "github.com/shutter-csi/shutter/client/clientset/versioned/typed/volumegroupsnapshot/v1"
 	gentype "k8s.io/client-go/gentype"
 )
 
 // fakeVolumeGroupSnapshotClasses implements VolumeGroupSnapshotClassInterface
 type fakeVolumeGroupSnapshotClasses struct {
-	*gentype.FakeClientWithList[*v1.VolumeGroupSnapshotClass, *v1.VolumeGroupSnapshotClassList]
+	*gentype.FakeClientWithListAndApply[*v1.VolumeGroupSnapshotClass, *v1.VolumeGroupSnapshotClassList, *volumegroupsnapshotv1.VolumeGroupSnapshotClassApplyConfiguration]
 	Fake *FakeGroupsnapshotV1
 }
 
-func newFakeVolumeGroupSnapshotClasses(fake *FakeGroupsnapshotV1) volumegroupsnapshotv1.VolumeGroupSnapshotClassInterface {
+func newFakeVolumeGroupSnapshotClasses(fake *FakeGroupsnapshotV1) typedvolumegroupsnapshotv1.VolumeGroupSnapshotClassInterface {
 	return &fakeVolumeGroupSnapshotClasses{
-		gentype.NewFakeClientWithList[*v1.VolumeGroupSnapshotClass, *v1.VolumeGroupSnapshotClassList](
+		gentype.NewFakeClientWithListAndApply[*v1.VolumeGroupSnapshotClass, *v1.VolumeGroupSnapshotClassList, *volumegroupsnapshotv1.VolumeGroupSnapshotClassApplyConfiguration](
 			fake.Fake,
 			"",
 			v1.SchemeGroupVersion.WithResource("volumegroupsnapshotclasses"),

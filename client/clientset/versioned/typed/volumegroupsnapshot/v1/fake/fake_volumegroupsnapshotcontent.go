@@ -20,19 +20,20 @@ package fake
 
 import (
 	v1 "github.com/shutter-csi/shutter/client/apis/volumegroupsnapshot/v1"
-	volumegroupsnapshotv1 "github.com/shutter-csi/shutter/client/clientset/versioned/typed/volumegroupsnapshot/v1"
+	volumegroupsnapshotv1 "github.com/shutter-csi/shutter/client/applyconfiguration/volumegroupsnapshot/v1"
+	typedvolumegroupsnapshotv1 "github.com/shutter-csi/shutter/client/clientset/versioned/typed/volumegroupsnapshot/v1"
 	gentype "k8s.io/client-go/gentype"
 )
 
 // fakeVolumeGroupSnapshotContents implements VolumeGroupSnapshotContentInterface
 type fakeVolumeGroupSnapshotContents struct {
-	*gentype.FakeClientWithList[*v1.VolumeGroupSnapshotContent, *v1.VolumeGroupSnapshotContentList]
+	*gentype.FakeClientWithListAndApply[*v1.VolumeGroupSnapshotContent, *v1.VolumeGroupSnapshotContentList, *volumegroupsnapshotv1.VolumeGroupSnapshotContentApplyConfiguration]
 	Fake *FakeGroupsnapshotV1
 }
 
-func newFakeVolumeGroupSnapshotContents(fake *FakeGroupsnapshotV1) volumegroupsnapshotv1.VolumeGroupSnapshotContentInterface {
+func newFakeVolumeGroupSnapshotContents(fake *FakeGroupsnapshotV1) typedvolumegroupsnapshotv1.VolumeGroupSnapshotContentInterface {
 	return &fakeVolumeGroupSnapshotContents{
-		gentype.NewFakeClientWithList[*v1.VolumeGroupSnapshotContent, *v1.VolumeGroupSnapshotContentList](
+		gentype.NewFakeClientWithListAndApply[*v1.VolumeGroupSnapshotContent, *v1.VolumeGroupSnapshotContentList, *volumegroupsnapshotv1.VolumeGroupSnapshotContentApplyConfiguration](
 			fake.Fake,
 			"",
 			v1.SchemeGroupVersion.WithResource("volumegroupsnapshotcontents"),

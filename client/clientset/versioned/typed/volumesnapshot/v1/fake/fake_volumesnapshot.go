@@ -20,19 +20,20 @@ package fake
 
 import (
 	v1 "github.com/shutter-csi/shutter/client/apis/volumesnapshot/v1"
-	volumesnapshotv1 "github.com/shutter-csi/shutter/client/clientset/versioned/typed/volumesnapshot/v1"
+	volumesnapshotv1 "github.com/shutter-csi/shutter/client/applyconfiguration/volumesnapshot/v1"
+	typedvolumesnapshotv1 "github.com/shutter-csi/shutter/client/clientset/versioned/typed/volumesnapshot/v1"
 	gentype "k8s.io/client-go/gentype"
 )
 
 // fakeVolumeSnapshots implements VolumeSnapshotInterface
 type fakeVolumeSnapshots struct {
-	*gentype.FakeClientWithList[*v1.VolumeSnapshot, *v1.VolumeSnapshotList]
+	*gentype.FakeClientWithListAndApply[*v1.VolumeSnapshot, *v1.VolumeSnapshotList, *volumesnapshotv1.VolumeSnapshotApplyConfiguration]
 	Fake *FakeSnapshotV1
 }
 
-func newFakeVolumeSnapshots(fake *FakeSnapshotV1, namespace string) volumesnapshotv1.VolumeSnapshotInterface {
+func newFakeVolumeSnapshots(fake *FakeSnapshotV1, namespace string) typedvolumesnapshotv1.VolumeSnapshotInterface {
 	return &fakeVolumeSnapshots{
-		gentype.NewFakeClientWithList[*v1.VolumeSnapshot, *v1.VolumeSnapshotList](
+		gentype.NewFakeClientWithListAndApply[*v1.VolumeSnapshot, *v1.VolumeSnapshotList, *volumesnapshotv1.VolumeSnapshotApplyConfiguration](
 			fake.Fake,
 			namespace,
 			v1.SchemeGroupVersion.WithResource("volumesnapshots"),

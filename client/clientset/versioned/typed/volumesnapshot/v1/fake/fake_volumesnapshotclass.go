@@ -20,19 +20,20 @@ package fake
 
 import (
 	v1 "github.com/shutter-csi/shutter/client/apis/volumesnapshot/v1"
-	volumesnapshotv1 "github.com/shutter-csi/shutter/client/clientset/versioned/typed/volumesnapshot/v1"
+	volumesnapshotv1 "github.com/shutter-csi/shutter/client/applyconfiguration/volumesnapshot/v1"
+	typedvolumesnapshotv1 "github.com/shutter-csi/shutter/client/clientset/versioned/typed/volumesnapshot/v1"
 	gentype "k8s.io/client-go/gentype"
 )
 
 // fakeVolumeSnapshotClasses implements VolumeSnapshotClassInterface
 type fakeVolumeSnapshotClasses struct {
-	*gentype.FakeClientWithList[*v1.VolumeSnapshotClass, *v1.VolumeSnapshotClassList]
+	*gentype.FakeClientWithListAndApply[*v1.VolumeSnapshotClass, *v1.VolumeSnapshotClassList, *volumesnapshotv1.VolumeSnapshotClassApplyConfiguration]
 	Fake *FakeSnapshotV1
 }
 
-func newFakeVolumeSnapshotClasses(fake *FakeSnapshotV1) volumesnapshotv1.VolumeSnapshotClassInterface {
+func newFakeVolumeSnapshotClasses(fake *FakeSnapshotV1) typedvolumesnapshotv1.VolumeSnapshotClassInterface {
 	return &fakeVolumeSnapshotClasses{
-		gentype.NewFakeClientWithList[*v1.VolumeSnapshotClass, *v1.VolumeSnapshotClassList](
+		gentype.NewFakeClientWithListAndApply[*v1.VolumeSnapshotClass, *v1.VolumeSnapshotClassList, *volumesnapshotv1.VolumeSnapshotClassApplyConfiguration](
 			fake.Fake,
 			"",
 			v1.SchemeGroupVersion.WithResource("volumesnapshotclasses"),

@@ -20,19 +20,20 @@ package fake
 
 import (
 	v1 "github.com/shutter-csi/shutter/client/apis/volumesnapshot/v1"
-	volumesnapshotv1 "github.com/shutter-csi/shutter/client/clientset/versioned/typed/volumesnapshot/v1"
+	volumesnapshotv1 "github.com/shutter-csi/shutter/client/applyconfiguration/volumesnapshot/v1"
+	typedvolumesnapshotv1 "github.com/shutter-csi/shutter/client/clientset/versioned/typed/volumesnapshot/v1"
 	gentype "k8s.io/client-go/gentype"
 )
 
 // fakeVolumeSnapshotContents implements VolumeSnapshotContentInterface
 type fakeVolumeSnapshotContents struct {
-	*gentype.FakeClientWithList[*v1.VolumeSnapshotContent, *v1.VolumeSnapshotContentList]
+	*gentype.FakeClientWithListAndApply[*v1.VolumeSnapshotContent, *v1.VolumeSnapshotContentList, *volumesnapshotv1.VolumeSnapshotContentApplyConfiguration]
 	Fake *FakeSnapshotV1
 }
 
-func newFakeVolumeSnapshotContents(fake *FakeSnapshotV1) volumesnapshotv1.VolumeSnapshotContentInterface {
+func newFakeVolumeSnapshotContents(fake *FakeSnapshotV1) typedvolumesnapshotv1.VolumeSnapshotContentInterface {
 	return &fakeVolumeSnapshotContents{
-		gentype.NewFakeClientWithList[*v1.VolumeSnapshotContent, *v1.VolumeSnapshotContentList](
+		gentype.NewFakeClientWithListAndApply[*v1.VolumeSnapshotContent, *v1.VolumeSnapshotContentList, *volumesnapshotv1.VolumeSnapshotContentApplyConfiguration](
 			fake.Fake,
 			"",
 			v1.SchemeGroupVersion.WithResource("volumesnapshotcontents"),
