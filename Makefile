@@ -18,7 +18,7 @@ CHART_VERSION ?= $(shell echo '$(VERSION)' | sed -E 's/^v([0-9]+\.[0-9]+\.[0-9]+
 # Every file time and image creation time: the commit's time, so a commit's images are reproducible.
 SOURCE_DATE_EPOCH ?= $(shell git log -1 --format=%ct 2>/dev/null || echo 0)
 
-.PHONY: all build plugin install-plugin images chart generate verify test test-unit fuzz crash chaos soak bench bench-e2e bench-scale cluster-up cluster-down test-nodes tools tools-node clean manifests demo
+.PHONY: all build plugin install-plugin images chart generate verify test test-unit fuzz crash chaos soak bench bench-e2e bench-scale cluster-up cluster-down test-nodes tools tools-node clean manifests demo conformance
 
 all: build
 
@@ -159,6 +159,12 @@ cluster-down:
 ## tools built; about 2 minutes; `make test` runs them too, after the other packages)
 test-nodes:
 	SHUTTER_TEST_NODES=1 $(GO) test -count=1 -timeout 45m -v ./test/nodes/
+
+## conformance: Kubernetes' External Storage end-to-end suites (SUITES="snapshottable ...") against the
+## bundled hostpath driver on the local node, offline, as root; prints the report folder (JUnit).
+## See docs/conformance.md
+conformance:
+	hack/conformance.sh
 
 clean:
 	rm -rf $(BIN)

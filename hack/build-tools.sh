@@ -3,12 +3,13 @@
 # kube-controller-manager, kubectl, helm; for the local node kube-scheduler, kubelet, containerd,
 # ctr, containerd-shim-runc-v2, runc, the CNI loopback plugin and csi-provisioner; for
 # `make bench-scale` upstream-snapshot-controller and upstream-csi-snapshotter, upstream's
-# external-snapshotter) from the pinned modules under hack/tools, into a per-user cache folder
+# external-snapshotter; for `make conformance` e2e.test, Kubernetes' end-to-end suite, ginkgo and agnhost, the suite's
+# test server) from the pinned modules under hack/tools, into a per-user cache folder
 # keyed by the pinned versions. It rebuilds
 # only what is missing and prints the folder that holds the binaries as its last line.
 #
 # Usage: hack/build-tools.sh [--check] [binary|node...]   (default: the control plane, kubectl and
-#        helm; "node" stands for every binary of the local node). With --check it builds nothing
+#        helm; "node" stands for every binary of the local node, "conformance" for e2e.test, ginkgo and agnhost). With --check it builds nothing
 #        and exits 3 when one of the binaries is not built.
 set -euo pipefail
 
@@ -29,6 +30,7 @@ declare -A module=(
   [containerd]=containerd [ctr]=containerd [containerd-shim-runc-v2]=containerd
   [runc]=runc [loopback]=cni [csi-provisioner]=provisioner
   [upstream-snapshot-controller]=snapshotter [upstream-csi-snapshotter]=snapshotter
+  [e2e.test]=e2e [ginkgo]=e2e [agnhost]=e2e
 )
 declare -A main=(
   [etcd]=go.etcd.io/etcd/server/v3
@@ -47,13 +49,19 @@ declare -A main=(
   [csi-provisioner]=github.com/kubernetes-csi/external-provisioner/v6/cmd/csi-provisioner
   [upstream-snapshot-controller]=github.com/kubernetes-csi/external-snapshotter/v8/cmd/snapshot-controller
   [upstream-csi-snapshotter]=github.com/kubernetes-csi/external-snapshotter/v8/cmd/csi-snapshotter
+  [e2e.test]=k8s.io/kubernetes/test/e2e
+  [ginkgo]=github.com/onsi/ginkgo/v2/ginkgo
+  [agnhost]=k8s.io/kubernetes/test/images/agnhost
 )
+# e2e.test is the test binary of its package (its main is a TestMain), built with `go test -c`.
+declare -A testbinary=([e2e.test]=1)
 # Rough cold build times on an idle 2-core machine, for the progress message. kubelet and
 # kube-scheduler reuse most of what kube-apiserver compiled (make test builds that first).
 declare -A minutes=([etcd]=2 [kube-apiserver]=10 [kube-controller-manager]=3 [kubectl]=1 [helm]=2
   [controller-gen]=1
   [kube-scheduler]=10 [kubelet]=2 [containerd]=2 [ctr]=1 [containerd-shim-runc-v2]=1 [runc]=1
-  [loopback]=1 [csi-provisioner]=5 [upstream-snapshot-controller]=4 [upstream-csi-snapshotter]=2)
+  [loopback]=1 [csi-provisioner]=5 [upstream-snapshot-controller]=4 [upstream-csi-snapshotter]=2
+  [e2e.test]=25 [ginkgo]=1 [agnhost]=3)
 # runc needs cgo (its nsenter part is C) and libseccomp's headers for seccomp, which pods'
 # RuntimeDefault profile needs (installed with apt when missing); it is built without libpathrs.
 # Everything else is static.
@@ -73,6 +81,7 @@ for arg in "$@"; do
   case "$arg" in
   --check) check=true ;;
   node) wanted+=("${node[@]}") ;;
+  conformance) wanted+=(ginkgo agnhost e2e.test) ;;
   *) wanted+=("$arg") ;;
   esac
 done
@@ -80,10 +89,12 @@ done
 
 # kubelet and kube-scheduler must be of the control plane's version.
 kube_version() { sed -n 's#^require k8s.io/kubernetes \(v[^ ]*\).*#\1#p' "$tools/$1/go.mod"; }
-if [ "$(kube_version kube)" != "$(kube_version kubenode)" ]; then
-  echo "build-tools: hack/tools/kube and hack/tools/kubenode pin different k8s.io/kubernetes" >&2
-  exit 2
-fi
+for dir in kubenode e2e; do
+  if [ "$(kube_version kube)" != "$(kube_version $dir)" ]; then
+    echo "build-tools: hack/tools/kube and hack/tools/$dir pin different k8s.io/kubernetes" >&2
+    exit 2
+  fi
+done
 
 # needs_seccomp makes sure libseccomp's development files are there for runc's cgo build.
 needs_seccomp() {
@@ -101,8 +112,10 @@ build() {
   local name=$1 out=$2 start=$SECONDS pid next=30
   [ "$name" != runc ] || needs_seccomp
   echo "build-tools: building $name into $bin (cold: about ${minutes[$name]} min; cached afterwards)" >&2
+  local cmd=(build)
+  [ -z "${testbinary[$name]:-}" ] || cmd=(test -c)
   (cd "$tools/${module[$name]}" &&
-    GOWORK=off CGO_ENABLED=${cgo[$name]:-0} GOFLAGS=-mod=mod go build -trimpath -tags "${tags[$name]:-}" \
+    GOWORK=off CGO_ENABLED=${cgo[$name]:-0} GOFLAGS=-mod=mod go "${cmd[@]}" -trimpath -tags "${tags[$name]:-}" \
       -ldflags "-s -w ${ldflags[$name]:-}" -o "$out.tmp" "${main[$name]}") &
   pid=$!
   while kill -0 "$pid" 2>/dev/null; do

@@ -178,9 +178,15 @@ func (*groupKind) finalizers(snapshotv1.DeletionPolicy) []string {
 	return []string{protocol.GroupSnapshotBoundFinalizer}
 }
 
-// withClass: a group's default class is not recorded in its spec.
-func (*groupKind) withClass(vgs *groupv1.VolumeGroupSnapshot, _ string) (*groupv1.VolumeGroupSnapshot, bool) {
-	return vgs, false
+// withClass records the driver's default class in the spec of a group that named none, as
+// upstream's controller does (Kubernetes' VolumeGroupSnapshotClass e2e test reads it back).
+func (*groupKind) withClass(vgs *groupv1.VolumeGroupSnapshot, class string) (*groupv1.VolumeGroupSnapshot, bool) {
+	if vgs.Spec.VolumeGroupSnapshotClassName != nil {
+		return vgs, false
+	}
+	updated := vgs.DeepCopy()
+	updated.Spec.VolumeGroupSnapshotClassName = &class
+	return updated, true
 }
 
 func (k *groupKind) classDriver(vgs *groupv1.VolumeGroupSnapshot) string {

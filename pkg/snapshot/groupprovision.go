@@ -126,7 +126,7 @@ func (k *groupKind) sameNode(sel *selection, pvc *corev1.PersistentVolumeClaim, 
 // groupClass returns the class the group names, or the one default group class of driver.
 func (k *groupKind) groupClass(vgs *groupv1.VolumeGroupSnapshot, driver string) (*groupv1.VolumeGroupSnapshotClass, error) {
 	return classPicker[*groupv1.VolumeGroupSnapshotClass]{
-		kind: "VolumeGroupSnapshotClass", get: k.classes.Get, indexer: k.classIndexer, defaultAnn: protocol.AnnGroupDefaultClass,
+		kind: "VolumeGroupSnapshotClass", upstream: "group snapshot class", get: k.classes.Get, indexer: k.classIndexer, defaultAnn: protocol.AnnGroupDefaultClass,
 		driverOf: func(class *groupv1.VolumeGroupSnapshotClass) string { return class.Driver },
 	}.pick(vgs.Spec.VolumeGroupSnapshotClassName, driver)
 }

@@ -67,7 +67,7 @@ func (k *snapshotKind) sourceVolume(vs *snapshotv1.VolumeSnapshot) (*corev1.Pers
 // snapshotClass returns the class the snapshot names, or the one default class of driver.
 func (k *snapshotKind) snapshotClass(vs *snapshotv1.VolumeSnapshot, driver string) (*snapshotv1.VolumeSnapshotClass, error) {
 	return classPicker[*snapshotv1.VolumeSnapshotClass]{
-		kind: "VolumeSnapshotClass", get: k.classes.Get, indexer: k.classIndexer, defaultAnn: protocol.AnnDefaultClass,
+		kind: "VolumeSnapshotClass", upstream: "snapshot class", get: k.classes.Get, indexer: k.classIndexer, defaultAnn: protocol.AnnDefaultClass,
 		driverOf: func(class *snapshotv1.VolumeSnapshotClass) string { return class.Driver },
 	}.pick(vs.Spec.VolumeSnapshotClassName, driver)
 }
@@ -75,7 +75,10 @@ func (k *snapshotKind) snapshotClass(vs *snapshotv1.VolumeSnapshot, driver strin
 // classPicker finds the class of a new snapshot or group snapshot: the one it names, which must be
 // of the volumes' driver, or the single class of that driver marked default.
 type classPicker[T metav1.Object] struct {
-	kind       string
+	kind string
+	// upstream is how upstream's controller names the kind in its errors ("snapshot class"),
+	// whose wording tools and Kubernetes' e2e tests look for.
+	upstream   string
 	get        func(name string) (T, error)
 	indexer    cache.Indexer // by driver
 	driverOf   func(T) string
@@ -106,9 +109,11 @@ func (p classPicker[T]) pick(name *string, driver string) (T, error) {
 	case 1:
 		return defaults[0], nil
 	case 0:
-		return zero, fmt.Errorf("no %s is named and driver %s has no default class", p.kind, driver)
+		return zero, fmt.Errorf("cannot find default %s: no %s is named and driver %s has no default class", p.upstream, p.kind, driver)
 	default:
-		return zero, fmt.Errorf("driver %s has %d default %ses; mark exactly one with %s", driver, len(defaults), p.kind, p.defaultAnn)
+		// Upstream says "snapshot classes" for groups too.
+		return zero, fmt.Errorf("%d default snapshot classes were found: driver %s has %d default %ses; mark exactly one with %s",
+			len(defaults), driver, len(defaults), p.kind, p.defaultAnn)
 	}
 }
 

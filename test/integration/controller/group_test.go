@@ -160,6 +160,34 @@ func TestGroupSnapshotLifecycle(t *testing.T) {
 	}
 }
 
+// TestGroupDefaultClass: a group that names no class takes its driver's one default class, which
+// is recorded in its spec, as upstream's controller does; none or two defaults are errors in
+// upstream's words (Kubernetes' VolumeGroupSnapshotClass e2e suite checks all three).
+func TestGroupDefaultClass(t *testing.T) {
+	t.Parallel()
+	f := setup(t)
+	f.labelledClaims(t, "groupnodefault.csi.test", map[string]string{"app": "nodefault"}, "alone")
+	f.groupSnapshot(t, "classless", map[string]string{"app": "nodefault"})
+	f.waitGroup(t, "classless", groupError("cannot find default group snapshot class"))
+
+	driver := "groupdefault.csi.test"
+	startActor(t, f.client, driver)
+	f.groupClass(t, "groupdefault-a", driver, snapshotv1.VolumeSnapshotContentDelete)
+	f.groupClass(t, "groupdefault-b", driver, snapshotv1.VolumeSnapshotContentDelete)
+	labels := map[string]string{"app": "defaults"}
+	f.labelledClaims(t, driver, labels, "one", "two")
+	f.groupSnapshot(t, "g", labels)
+	f.waitGroup(t, "g", groupError("2 default snapshot classes were found"))
+
+	if err := f.client.GroupsnapshotV1().VolumeGroupSnapshotClasses().Delete(context.Background(), "groupdefault-b", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	vgs := f.waitGroup(t, "g", groupReady)
+	if c := vgs.Spec.VolumeGroupSnapshotClassName; c == nil || *c != "groupdefault-a" {
+		t.Errorf("the default class was not recorded in the group's spec: %v", c)
+	}
+}
+
 func TestGroupSelectorErrors(t *testing.T) {
 	t.Parallel()
 	f := setup(t)

@@ -192,7 +192,8 @@ func TestBadInputRecovers(t *testing.T) {
 	f.class(t, "errors-a", driver, snapshotv1.VolumeSnapshotContentDelete, true, nil)
 	f.class(t, "errors-b", driver, snapshotv1.VolumeSnapshotContentDelete, true, nil)
 	f.volume(t, "late", driver)
-	f.waitSnapshot(t, vs.Name, errorContains("has 2 default VolumeSnapshotClasses"))
+	// Upstream's wording, which tools and Kubernetes' e2e tests look for, then ours.
+	f.waitSnapshot(t, vs.Name, errorContains("2 default snapshot classes were found: driver errors.csi.test has 2 default VolumeSnapshotClasses"))
 	if err := f.client.SnapshotV1().VolumeSnapshotClasses().Delete(context.Background(), "errors-b", metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}
@@ -200,7 +201,7 @@ func TestBadInputRecovers(t *testing.T) {
 
 	f.volume(t, "classless", "noclass.csi.test")
 	f.snapshot(t, "classless", snapshotv1.VolumeSnapshotSource{PersistentVolumeClaimName: ptr.To("classless")}, "")
-	f.waitSnapshot(t, "classless", errorContains("no VolumeSnapshotClass is named and driver noclass.csi.test has no default class"))
+	f.waitSnapshot(t, "classless", errorContains("cannot find default snapshot class: no VolumeSnapshotClass is named and driver noclass.csi.test has no default class"))
 	f.snapshot(t, "wrong-class", snapshotv1.VolumeSnapshotSource{PersistentVolumeClaimName: ptr.To("classless")}, "errors-a")
 	f.waitSnapshot(t, "wrong-class", errorContains("VolumeSnapshotClass errors-a is for driver errors.csi.test"))
 
