@@ -37,6 +37,9 @@ go test -count=1 -timeout "${TEST_TIMEOUT:-40m}" ${TEST_FLAGS:-} ./... ./client/
 # packages above so that no other node runs beside them (root only; about 2 minutes).
 if [ "$(id -u)" = 0 ]; then
   SHUTTER_TEST_NODES=1 go test -count=1 -timeout 20m ${TEST_FLAGS:-} ./test/nodes/
+  # Kubernetes' own snapshottable suite against the chart on the local node (docs/conformance.md;
+  # `make conformance` runs the wider set).
+  SUITES=snapshottable PROCS=2 REPORT_DIR="$state/conformance" hack/conformance.sh
 fi
 
 hack/fuzz.sh "${FUZZTIME:-20s}"
