@@ -17,7 +17,6 @@ import (
 
 	"github.com/shutter-csi/shutter/pkg/hostpath/fscopy"
 	"github.com/shutter-csi/shutter/pkg/hostpath/state"
-	"github.com/shutter-csi/shutter/pkg/mountinfo"
 )
 
 // Snapshot images: the block view of snapshots of image volumes, for the
@@ -241,21 +240,10 @@ func (d *Driver) hasSnapshotImage(id string) bool {
 // unmountSnapshotImageStrays unmounts whatever is mounted below
 // snapshot-images/ at start: copies a snapshot cut short left mounted.
 func (d *Driver) unmountSnapshotImageStrays(logger klog.Logger) error {
-	mounts, err := mountinfo.Read(mountinfo.Self)
-	if err != nil {
-		return err
-	}
-	dir := snapshotImagesDir(d.opts.DataDir)
-	for _, m := range mounts {
-		if filepath.Dir(m.MountPoint) != dir {
-			continue
-		}
-		logger.Info("Unmounting the image copy of a snapshot cut short", "path", m.MountPoint)
-		if err := unmountAll(m.MountPoint); err != nil {
-			return err
-		}
-	}
-	return nil
+	return unmountBelow(snapshotImagesDir(d.opts.DataDir), func(mountPoint string) bool {
+		logger.Info("Unmounting the image copy of a snapshot cut short", "path", mountPoint)
+		return true
+	})
 }
 
 // thawImages thaws the filesystems of the image volumes the driver

@@ -348,19 +348,25 @@ func (d *Driver) mountImages(logger klog.Logger) {
 // or final mount point) or of a delete. It runs before the data folders
 // are cleaned, which could not move or remove a mount point.
 func (d *Driver) unmountStrays(logger klog.Logger) error {
+	return unmountBelow(volumesDir(d.opts.DataDir), func(mountPoint string) bool {
+		if v, ok := d.volumes.Get(filepath.Base(mountPoint)); ok && v.Image {
+			return false
+		}
+		logger.Info("Unmounting a volume mount no record accounts for", "path", mountPoint)
+		return true
+	})
+}
+
+// unmountBelow unmounts every mount directly below dir for which stray holds.
+func unmountBelow(dir string, stray func(mountPoint string) bool) error {
 	mounts, err := mountinfo.Read(mountinfo.Self)
 	if err != nil {
 		return err
 	}
-	dir := volumesDir(d.opts.DataDir)
 	for _, m := range mounts {
-		if filepath.Dir(m.MountPoint) != dir {
+		if filepath.Dir(m.MountPoint) != dir || !stray(m.MountPoint) {
 			continue
 		}
-		if v, ok := d.volumes.Get(filepath.Base(m.MountPoint)); ok && v.Image {
-			continue
-		}
-		logger.Info("Unmounting a volume mount no record accounts for", "path", m.MountPoint)
 		if err := unmountAll(m.MountPoint); err != nil {
 			return err
 		}
