@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"os/exec"
 	"path"
 	"path/filepath"
 	"runtime"
@@ -35,6 +36,38 @@ const WorkloadImage = "localhost/shutter/workload:1.0"
 // out as an OCI image-layout tar.
 func BuildWorkloadImage(ctx context.Context, out string) error {
 	return BuildGoImage(ctx, filepath.Join(sourceRoot(), "test", "images", "workload"), WorkloadImage, "65532:65532", out)
+}
+
+// ChartImageRegistry is the registry part of the names BuildChartImages gives Shutter's images
+// (tag "e2e"); a node's chart values point global.imageRegistry at it.
+const ChartImageRegistry = "localhost/shutter-e2e"
+
+// BuildChartImages builds what the chart runs on a local node, as OCI image-layout tars in dir:
+// this checkout's images of components for this machine's platform (hack/images, named
+// ChartImageRegistry/<component>:e2e), the workload image and the external-provisioner image of
+// the csi-provisioner binary in binDir. It returns their paths, the components' first.
+func BuildChartImages(ctx context.Context, binDir, dir string, components ...string) ([]string, error) {
+	cmd := exec.CommandContext(ctx, "go", "run", "./hack/images", "-version=e2e", "-commit=e2e",
+		"-registry="+ChartImageRegistry, "-platforms=linux/"+runtime.GOARCH, "-out="+dir,
+		"-only="+strings.Join(components, ","))
+	cmd.Dir = sourceRoot()
+	cmd.Env = append(os.Environ(), "SOURCE_DATE_EPOCH=1")
+	if b, err := cmd.CombinedOutput(); err != nil {
+		return nil, fmt.Errorf("hack/images: %w\n%s", err, b)
+	}
+	var tars []string
+	for _, c := range components {
+		tars = append(tars, filepath.Join(dir, c+".tar"))
+	}
+	workload := filepath.Join(dir, "workload.tar")
+	if err := BuildWorkloadImage(ctx, workload); err != nil {
+		return nil, err
+	}
+	provisioner := filepath.Join(dir, "csi-provisioner.tar")
+	if _, err := WriteProvisionerImage(binDir, provisioner); err != nil {
+		return nil, err
+	}
+	return append(tars, workload, provisioner), nil
 }
 
 // sourceRoot is the repository's root folder.

@@ -6,7 +6,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime"
 	"strings"
 	"testing"
 	"time"
@@ -42,7 +41,7 @@ func TestChartOnNode(t *testing.T) {
 	k.run("", "helm", "install", "shutter", filepath.Join(testenv.RepoRoot(), "deploy", "helm", "shutter"),
 		"-n", "shutter-system", "--create-namespace", "--wait", "--timeout", "5m",
 		"-f", filepath.Join(testenv.RepoRoot(), "deploy", "helm", "shutter", "ci", "local-node-values.yaml"),
-		"--set", "global.kubernetesServicePort="+port, "--set", "global.imageRegistry=localhost/shutter-e2e",
+		"--set", "global.kubernetesServicePort="+port, "--set", "global.imageRegistry="+cluster.ChartImageRegistry,
 		"--set", "global.imageTag=e2e", "--set", "hostpath.kubeletDir="+n.c.KubeletDir,
 		"--set", "hostpath.dataDir="+dataDir)
 	helmTest(t, k)
@@ -130,32 +129,15 @@ func blockPod(name, command string) string {
 func buildChartImages(t *testing.T, ctx context.Context, bin, dir string) []string {
 	t.Helper()
 	out := filepath.Join(dir, "images")
-	components := []string{"snapshot-controller", "csi-snapshotter", "hostpath-driver", "csi-snapshot-metadata"}
-	cmd := exec.CommandContext(ctx, "go", "run", "./hack/images", "-version=e2e", "-commit=e2e",
-		"-registry=localhost/shutter-e2e", "-platforms=linux/"+runtime.GOARCH, "-out="+out,
-		"-only="+strings.Join(components, ","))
-	cmd.Dir = testenv.RepoRoot()
-	cmd.Env = append(os.Environ(), "SOURCE_DATE_EPOCH=1")
-	if b, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("hack/images: %v\n%s", err, b)
-	}
-	var tars []string
-	for _, c := range components {
-		tars = append(tars, filepath.Join(out, c+".tar"))
-	}
-	workload := filepath.Join(out, "workload.tar")
-	if err := cluster.BuildWorkloadImage(ctx, workload); err != nil {
+	images, err := cluster.BuildChartImages(ctx, bin, out, "snapshot-controller", "csi-snapshotter", "hostpath-driver", "csi-snapshot-metadata")
+	if err != nil {
 		t.Fatal(err)
 	}
 	cli := filepath.Join(out, "kubectl-shutter.tar")
 	if err := cluster.BuildGoImage(ctx, filepath.Join(testenv.RepoRoot(), "cmd", "kubectl-shutter"), cliImage, "65532:65532", cli); err != nil {
 		t.Fatal(err)
 	}
-	provisioner := filepath.Join(out, "csi-provisioner.tar")
-	if _, err := cluster.WriteProvisionerImage(bin, provisioner); err != nil {
-		t.Fatal(err)
-	}
-	return append(tars, workload, cli, provisioner)
+	return append(images, cli)
 }
 
 // helmTest runs the chart's `helm test` (the Lease check on this node) and checks that it passed.

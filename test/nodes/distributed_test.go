@@ -9,7 +9,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime"
 	"strconv"
 	"strings"
 	"testing"
@@ -52,28 +51,11 @@ func (k kube) try(stdin, name string, args ...string) (string, error) {
 // workload image and the external-provisioner image, as OCI tars in dir.
 func buildImages(t *testing.T, ctx context.Context, bin, dir string) []string {
 	t.Helper()
-	components := []string{"snapshot-controller", "csi-snapshotter", "hostpath-driver"}
-	cmd := exec.CommandContext(ctx, "go", "run", "./hack/images", "-version=e2e", "-commit=e2e",
-		"-registry=localhost/shutter-e2e", "-platforms=linux/"+runtime.GOARCH, "-out="+dir,
-		"-only="+strings.Join(components, ","))
-	cmd.Dir = testenv.RepoRoot()
-	cmd.Env = append(os.Environ(), "SOURCE_DATE_EPOCH=1")
-	if b, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("hack/images: %v\n%s", err, b)
-	}
-	var tars []string
-	for _, c := range components {
-		tars = append(tars, filepath.Join(dir, c+".tar"))
-	}
-	workload := filepath.Join(dir, "workload.tar")
-	if err := cluster.BuildWorkloadImage(ctx, workload); err != nil {
+	images, err := cluster.BuildChartImages(ctx, bin, dir, "snapshot-controller", "csi-snapshotter", "hostpath-driver")
+	if err != nil {
 		t.Fatal(err)
 	}
-	provisioner := filepath.Join(dir, "csi-provisioner.tar")
-	if _, err := cluster.WriteProvisionerImage(bin, provisioner); err != nil {
-		t.Fatal(err)
-	}
-	return append(tars, workload, provisioner)
+	return images
 }
 
 func claimYAML(name, size, snapshot string) string {
@@ -185,7 +167,7 @@ func TestDistributedChart(t *testing.T) {
 		// Servers listen on the pod's IP, the node's own address, where kubelet probes them.
 		"--set", "global.listenAddress=",
 		"--set", "global.kubernetesServicePort="+strings.TrimPrefix(c.URL, "https://127.0.0.1:"),
-		"--set", "global.imageRegistry=localhost/shutter-e2e", "--set", "global.imageTag=e2e",
+		"--set", "global.imageRegistry="+cluster.ChartImageRegistry, "--set", "global.imageTag=e2e",
 		"--set", "hostpath.kubeletDir="+c.KubeletDir, "--set", "hostpath.dataDir="+c.DataDir,
 		"--set", "hostpath.driver.capacity="+strconv.Itoa(capacity))
 	k.run("", "kubectl", "-n", "shutter-system", "rollout", "status", "daemonset/shutter-hostpath", "--timeout=5m")
