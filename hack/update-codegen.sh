@@ -29,6 +29,12 @@ mkdir -p "$GOBIN"
 # shellcheck source=/dev/null
 source "$codegen/kube_codegen.sh"
 
+# kube_codegen.sh's gen_openapi makes a temporary report file it never removes: every temporary
+# file goes into a folder of ours that goes at exit.
+scratch=$(mktemp -d)
+trap 'rm -rf "$scratch"' EXIT
+export TMPDIR="$scratch"
+
 cd "$client"
 rm -rf clientset listers informers applyconfiguration config/crd
 find apis -name 'zz_generated.*.go' -delete
@@ -39,8 +45,7 @@ kube::codegen::gen_helpers --boilerplate "$header" apis
 echo "codegen: OpenAPI definitions" >&2
 kube::codegen::gen_openapi --boilerplate "$header" --output-dir openapi --output-pkg "$client_pkg/openapi" \
   --report-filename "$root/hack/openapi-violations.list" ${UPDATE_API_VIOLATIONS:+--update-report} apis
-schema=$(mktemp)
-trap 'rm -f "$schema"' EXIT
+schema="$scratch/models-schema.json"
 go run ./openapi/cmd/models-schema >"$schema"
 
 echo "codegen: apply configurations, clientset, listers, informers" >&2
