@@ -14,6 +14,8 @@ import (
 
 	"github.com/container-storage-interface/spec/lib/go/csi"
 	"google.golang.org/grpc/codes"
+
+	"github.com/shutter-csi/shutter/test/testenv"
 )
 
 // TestSnapshotMetadataExactRanges: the delta of two snapshots is exactly the 4 KiB blocks written
@@ -237,12 +239,5 @@ func TestSnapshotMetadataStalledReader(t *testing.T) {
 		t.Fatal(err)
 	}
 	cancel()
-	deadline := time.Now().Add(20 * time.Second)
-	for runtime.NumGoroutine() > base {
-		if time.Now().After(deadline) {
-			buf := make([]byte, 1<<20)
-			t.Fatalf("%d goroutines, %d before the calls:\n%s", runtime.NumGoroutine(), base, buf[:runtime.Stack(buf, true)])
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	testenv.WaitGoroutines(t, base, 20*time.Second)
 }

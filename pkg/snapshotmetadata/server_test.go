@@ -14,6 +14,8 @@ import (
 
 	"github.com/shutter-csi/shutter/pkg/changedblocks"
 	"github.com/shutter-csi/shutter/pkg/snapshotmetadata/smtest"
+
+	"github.com/shutter-csi/shutter/test/testenv"
 )
 
 func TestAllocatedAndDelta(t *testing.T) {
@@ -122,7 +124,7 @@ func TestStreamEnds(t *testing.T) {
 			t.Errorf("got %v, want Canceled", err)
 		}
 		waitEnded(t, f)
-		waitGoroutines(t, base)
+		testenv.WaitGoroutines(t, base, 20*time.Second)
 	})
 	t.Run("client stops reading", func(t *testing.T) {
 		f := newFixture(t, func(o *Options, d *smtest.Driver) { d.Endless = true; o.MaxStreamDuration = time.Second })
@@ -143,7 +145,7 @@ func TestStreamEnds(t *testing.T) {
 		if err := <-errc; status.Code(err) != codes.DeadlineExceeded || !strings.Contains(err.Error(), "maximum streaming duration") {
 			t.Errorf("got %v, want DeadlineExceeded for the maximum streaming duration", err)
 		}
-		waitGoroutines(t, base)
+		testenv.WaitGoroutines(t, base, 20*time.Second)
 	})
 }
 
@@ -165,18 +167,5 @@ func waitEnded(t *testing.T, f *fixture) {
 	}
 	if n := f.driver.Open.Load(); n != 0 {
 		t.Errorf("%d driver streams still open", n)
-	}
-}
-
-// waitGoroutines polls until no more goroutines run than base.
-func waitGoroutines(t *testing.T, base int) {
-	t.Helper()
-	deadline := time.Now().Add(20 * time.Second)
-	for runtime.NumGoroutine() > base {
-		if time.Now().After(deadline) {
-			buf := make([]byte, 1<<20)
-			t.Fatalf("%d goroutines, %d before the call:\n%s", runtime.NumGoroutine(), base, buf[:runtime.Stack(buf, true)])
-		}
-		time.Sleep(10 * time.Millisecond)
 	}
 }

@@ -14,6 +14,8 @@ import (
 	"testing"
 	"time"
 
+	"k8s.io/apimachinery/pkg/util/wait"
+
 	"github.com/shutter-csi/shutter/test/cluster"
 	"github.com/shutter-csi/shutter/test/testenv"
 )
@@ -35,6 +37,22 @@ func (k kube) run(stdin, name string, args ...string) string {
 		k.t.Fatalf("%s %s: %v\n%s", name, strings.Join(args, " "), err, out)
 	}
 	return out
+}
+
+// poll runs read every two seconds (each read runs kubectl) until it reports done, and returns
+// what it read last. The test fails with that when read is not done within timeout.
+func (k kube) poll(what string, timeout time.Duration, read func() (string, bool)) string {
+	k.t.Helper()
+	var last string
+	err := wait.PollUntilContextTimeout(k.ctx, 2*time.Second, timeout, true, func(context.Context) (bool, error) {
+		out, done := read()
+		last = out
+		return done, nil
+	})
+	if err != nil {
+		k.t.Fatalf("%s: %v; last read:\n%s", what, err, last)
+	}
+	return last
 }
 
 func (k kube) try(stdin, name string, args ...string) (string, error) {
@@ -214,11 +232,11 @@ func TestDistributedChart(t *testing.T) {
 // for the class and its node's topology segment, of the driver's capacity.
 func checkCapacities(t *testing.T, k kube, c *cluster.Cluster) {
 	t.Helper()
-	deadline := time.Now().Add(3 * time.Minute)
-	for {
+	found := 0
+	out := k.poll("every node's CSIStorageCapacity", 3*time.Minute, func() (string, bool) {
 		out := k.run("", "kubectl", "-n", "shutter-system", "get", "csistoragecapacities", "-o",
 			`jsonpath={range .items[*]}{.storageClassName} {.nodeTopology.matchLabels.topology\.hostpath\.csi\.shutter\.dev/node} {.capacity}{"\n"}{end}`)
-		found := 0
+		found = 0
 		for _, n := range c.Nodes {
 			for _, line := range strings.Split(out, "\n") {
 				if f := strings.Fields(line); len(f) == 3 && f[0] == "shutter-hostpath" && f[1] == n.Name && f[2] != "0" {
@@ -227,15 +245,9 @@ func checkCapacities(t *testing.T, k kube, c *cluster.Cluster) {
 				}
 			}
 		}
-		if found == len(c.Nodes) {
-			t.Logf("capacities:\n%s", out)
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("CSIStorageCapacities of %d of %d nodes:\n%s", found, len(c.Nodes), out)
-		}
-		time.Sleep(2 * time.Second)
-	}
+		return out, found == len(c.Nodes)
+	})
+	t.Logf("capacities of %d nodes:\n%s", found, out)
 }
 
 // snapshotOnOneNode snapshots node 2's claim, checks that only node 2's sidecar called the CSI
@@ -311,19 +323,12 @@ spec:
 func claimTooLarge(t *testing.T, k kube) {
 	t.Helper()
 	k.run(claimYAML("huge", strconv.Itoa(2*capacity), "")+"---\n"+podYAML("huge", "huge", "", "read", "/data/none"), "kubectl", "apply", "-f", "-")
-	deadline := time.Now().Add(2 * time.Minute)
-	for {
+	events := k.poll("an event about storage for huge", 2*time.Minute, func() (string, bool) {
 		events := k.run("", "kubectl", "get", "events", "--field-selector", "involvedObject.name=huge", "-o",
 			`jsonpath={range .items[*]}{.reason}: {.message}{"\n"}{end}`)
-		if strings.Contains(events, "storage") {
-			t.Logf("events of the claim and pod huge:\n%s", events)
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("no event about storage for huge:\n%s", events)
-		}
-		time.Sleep(2 * time.Second)
-	}
+		return events, strings.Contains(events, "storage")
+	})
+	t.Logf("events of the claim and pod huge:\n%s", events)
 	if phase := k.run("", "kubectl", "get", "pvc", "huge", "-o", "jsonpath={.status.phase}"); phase != "Pending" {
 		t.Errorf("claim huge is %s, want Pending", phase)
 	}

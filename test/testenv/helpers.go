@@ -2,6 +2,7 @@ package testenv
 
 import (
 	"context"
+	"runtime"
 	"sync"
 	"testing"
 	"time"
@@ -63,4 +64,18 @@ func Go(t testing.TB, ctx context.Context, what string, run func(context.Context
 	})
 	t.Cleanup(stop)
 	return stop
+}
+
+// WaitGoroutines waits until no more goroutines run than base (a count taken before the calls
+// under test). The test fails with every goroutine's stack when some are still running after
+// timeout.
+func WaitGoroutines(t testing.TB, base int, timeout time.Duration) {
+	t.Helper()
+	err := wait.PollUntilContextTimeout(context.Background(), 10*time.Millisecond, timeout, true, func(context.Context) (bool, error) {
+		return runtime.NumGoroutine() <= base, nil
+	})
+	if err != nil {
+		buf := make([]byte, 1<<20)
+		t.Fatalf("%d goroutines, %d before the calls:\n%s", runtime.NumGoroutine(), base, buf[:runtime.Stack(buf, true)])
+	}
 }

@@ -223,14 +223,7 @@ func stopsReading(t *testing.T, e *env, svc *changedblocks.Service, token, vol s
 	if err := <-done; !errors.Is(err, context.Canceled) && status.Code(err) != codes.Canceled {
 		t.Errorf("the stopped call ended with %v, want Canceled", err)
 	}
-	deadline := time.Now().Add(20 * time.Second)
-	for runtime.NumGoroutine() > base {
-		if time.Now().After(deadline) {
-			buf := make([]byte, 1<<20)
-			t.Fatalf("%d goroutines, %d before the call:\n%s", runtime.NumGoroutine(), base, buf[:runtime.Stack(buf, true)])
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	testenv.WaitGoroutines(t, base, 20*time.Second)
 }
 
 // listerEnv names a snapshot-metadata-lister binary of upstream's to run against the sidecar as
