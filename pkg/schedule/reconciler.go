@@ -142,5 +142,13 @@ func (r *Reconciler) wakeAt(key controller.Key, next time.Time) {
 		r.queue.Add(key)
 		return
 	}
-	r.timers[key] = r.clock.AfterFunc(d, func() { r.queue.Add(key) })
+	timer := r.clock.AfterFunc(d, func() { r.queue.Add(key) })
+	// The clock may have passed next between reading it and starting the timer, which then
+	// counts d from a later time: the run is due now.
+	if !r.clock.Now().Before(next) {
+		timer.Stop()
+		r.queue.Add(key)
+		return
+	}
+	r.timers[key] = timer
 }
