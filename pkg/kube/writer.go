@@ -78,6 +78,48 @@ func (w *Writer[T]) Patch(ctx context.Context, old, updated T) (T, error) {
 	return w.patch(ctx, old, updated, WriteMetadata)
 }
 
+// PatchFinalizers adds add to obj's finalizers and drops drop, with a strategic merge patch and no
+// resourceVersion precondition: the list merges with whatever others wrote to the object since,
+// so a busy object (a claim that kube-controller-manager, a provisioner or a resizer writes too)
+// gives no conflict and no retry. The API server still refuses a new finalizer on an object
+// being deleted. Strategic merge patches are served for built-in kinds only. With UpdateMetadata
+// the change is applied to the object as read and written back with an update. Nothing is sent
+// when obj's finalizers already say so; obj is returned.
+func (w *Writer[T]) PatchFinalizers(ctx context.Context, obj T, add, drop []string) (T, error) {
+	if _, changed := WithFinalizers(obj.GetFinalizers(), add, drop); !changed {
+		return obj, nil
+	}
+	client := w.client(obj.GetNamespace())
+	if w.opts.UpdateMetadata {
+		current, err := client.Get(ctx, obj.GetName(), metav1.GetOptions{})
+		if err != nil {
+			return obj, fmt.Errorf("read %s %s for an update: %w", w.kind, obj.GetName(), err)
+		}
+		finalizers, changed := WithFinalizers(current.GetFinalizers(), add, drop)
+		if !changed {
+			w.cache.Record(current)
+			return current, nil
+		}
+		next := current.DeepCopy()
+		next.SetFinalizers(finalizers)
+		result, err := client.Update(ctx, next, metav1.UpdateOptions{FieldManager: w.opts.FieldManager})
+		return w.written(WriteMetadata, result, err, obj, "update finalizers of "+w.kind+" "+obj.GetName())
+	}
+	meta := map[string]any{}
+	if len(add) > 0 {
+		meta["finalizers"] = add
+	}
+	if len(drop) > 0 {
+		meta["$deleteFromPrimitiveList/finalizers"] = drop
+	}
+	data, err := json.Marshal(map[string]any{"metadata": meta})
+	if err != nil {
+		return obj, err
+	}
+	result, err := client.Patch(ctx, obj.GetName(), types.StrategicMergePatchType, data, metav1.PatchOptions{FieldManager: w.opts.FieldManager})
+	return w.written(WriteMetadata, result, err, obj, "patch finalizers of "+w.kind+" "+obj.GetName())
+}
+
 // PatchStatus writes the change from old to updated in status, as Patch does.
 func (w *Writer[T]) PatchStatus(ctx context.Context, old, updated T) (T, error) {
 	return w.patch(ctx, old, updated, WriteStatus, statusSubresource)

@@ -3,6 +3,7 @@ package kube
 import (
 	"context"
 	"slices"
+	"strings"
 	"testing"
 
 	corev1 "k8s.io/api/core/v1"
@@ -99,3 +100,49 @@ func TestWriterUpdateMetadata(t *testing.T) {
 		t.Errorf("stale copy: %v, want a conflict", err)
 	}
 }
+
+// TestWriterPatchFinalizers: a finalizer is added and dropped from a stale copy without a
+// conflict and without touching the finalizers others wrote since, in both write modes; a
+// change that is already made sends nothing.
+func TestWriterPatchFinalizers(t *testing.T) {
+	for _, update := range []bool{false, true} {
+		ctx := context.Background()
+		stored := &corev1.PersistentVolumeClaim{ObjectMeta: metav1.ObjectMeta{Name: "a", Namespace: "ns", ResourceVersion: "7",
+			Finalizers: []string{"kubernetes.io/pvc-protection", "other"}}}
+		kube := kubefake.NewClientset(stored)
+		var counted []string
+		w := NewWriter("claim", func(ns string) Client[*corev1.PersistentVolumeClaim] { return kube.CoreV1().PersistentVolumeClaims(ns) },
+			controller.NewWrites[*corev1.PersistentVolumeClaim](), WriterOptions{UpdateMetadata: update, Count: func(kind, write string, err error) {
+				counted = append(counted, write)
+			}})
+		stale := &corev1.PersistentVolumeClaim{ObjectMeta: metav1.ObjectMeta{Name: "a", Namespace: "ns", ResourceVersion: "5",
+			Finalizers: []string{"kubernetes.io/pvc-protection"}}}
+		added, err := w.PatchFinalizers(ctx, stale, []string{"mine"}, nil)
+		if err != nil {
+			t.Fatalf("update=%v: add: %v", update, err)
+		}
+		if want := []string{"kubernetes.io/pvc-protection", "mine", "other"}; !slices.Equal(sorted(added.Finalizers), want) {
+			t.Errorf("update=%v: after add %q, want %q", update, added.Finalizers, want)
+		}
+		if same, err := w.PatchFinalizers(ctx, added, []string{"mine"}, nil); err != nil || same != added {
+			t.Errorf("update=%v: a finalizer already there was written again: %v", update, err)
+		}
+		dropped, err := w.PatchFinalizers(ctx, stale.DeepCopy(), nil, []string{"kubernetes.io/pvc-protection"})
+		if err != nil {
+			t.Fatalf("update=%v: drop: %v", update, err)
+		}
+		if want := []string{"mine", "other"}; !slices.Equal(sorted(dropped.Finalizers), want) {
+			t.Errorf("update=%v: after drop %q, want %q", update, dropped.Finalizers, want)
+		}
+		if want := []string{"metadata", "metadata"}; !slices.Equal(counted, want) {
+			t.Errorf("update=%v: counted %q, want %q", update, counted, want)
+		}
+		for _, a := range kube.Actions() {
+			if p, ok := a.(k8stesting.PatchAction); ok && strings.Contains(string(p.GetPatch()), "resourceVersion") {
+				t.Errorf("update=%v: the finalizer patch carries a precondition: %s", update, p.GetPatch())
+			}
+		}
+	}
+}
+
+func sorted(s []string) []string { return slices.Sorted(slices.Values(s)) }

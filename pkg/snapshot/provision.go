@@ -188,13 +188,7 @@ func volumeNode(pv *corev1.PersistentVolume) (string, error) {
 
 // protectClaim adds the pvc-as-source finalizer while a snapshot of the claim is being taken.
 func (k *snapshotKind) protectClaim(ctx context.Context, pvc *corev1.PersistentVolumeClaim) error {
-	finalizers, changed := kube.WithFinalizers(pvc.Finalizers, []string{protocol.PVCAsSourceFinalizer}, nil)
-	if !changed {
-		return nil
-	}
-	updated := pvc.DeepCopy()
-	updated.Finalizers = finalizers
-	_, err := k.claimWriter.Patch(ctx, pvc, updated)
+	_, err := k.claimWriter.PatchFinalizers(ctx, pvc, []string{protocol.PVCAsSourceFinalizer}, nil)
 	return err
 }
 
@@ -219,9 +213,7 @@ func (k *snapshotKind) releaseClaim(ctx context.Context, vs *snapshotv1.VolumeSn
 			return nil
 		}
 	}
-	updated := pvc.DeepCopy()
-	updated.Finalizers, _ = kube.WithFinalizers(pvc.Finalizers, nil, []string{protocol.PVCAsSourceFinalizer})
-	_, err = k.claimWriter.Patch(ctx, pvc, updated)
+	_, err = k.claimWriter.PatchFinalizers(ctx, pvc, nil, []string{protocol.PVCAsSourceFinalizer})
 	return err
 }
 
