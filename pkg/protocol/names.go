@@ -42,6 +42,16 @@ func MemberContentName(groupUID types.UID, volumeHandle string) string {
 	return contentPrefix + memberHash(groupUID, volumeHandle)
 }
 
+// MemberContentOf is the name of the content made with member snapshot name (MemberSnapshotName)
+// for the same volume, and false for a name that is not a member's.
+func MemberContentOf(snapshotName string) (string, bool) {
+	hash, ok := strings.CutPrefix(snapshotName, memberPrefix)
+	if !ok || len(hash) != sha256.Size*2 {
+		return "", false
+	}
+	return contentPrefix + hash, true
+}
+
 // BackendName is the name sent to the driver in CreateSnapshot (or CreateVolumeGroupSnapshot):
 // prefix, a dash and the snapshot's uid. A uuidLength above zero keeps only that many characters
 // of the uid with its dashes removed.

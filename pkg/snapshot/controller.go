@@ -128,6 +128,7 @@ func New(clients Clients, kubeInformers informers.SharedInformerFactory,
 		{vs.Informer(), cache.Indexers{bySourcePVC: snapshotsBySourcePVC, byGroup: snapshotsByGroup}},
 		{class.Informer(), cache.Indexers{byDriver: classesByDriver}},
 		{pvc.Informer(), cache.Indexers{byRestoreSource: claimsByRestoreSource}},
+		{pv.Informer(), cache.Indexers{byVolumeHandle: volumesByHandle}},
 	} {
 		if err := idx.informer.AddIndexers(idx.indexers); err != nil {
 			return nil, fmt.Errorf("add indexers: %w", err)
@@ -136,7 +137,7 @@ func New(clients Clients, kubeInformers informers.SharedInformerFactory,
 	c.single = &snapshotKind{client: clients.Snapshots,
 		snapshots: vs.Lister(), snapshotIndexer: vs.Informer().GetIndexer(), snapshotWrites: c.writes.snapshots.Cache(),
 		contents: vsc.Lister(), classes: class.Lister(), classIndexer: class.Informer().GetIndexer(),
-		claims: pvc.Lister(), claimIndexer: pvc.Informer().GetIndexer(), claimWriter: c.writes.claims, volumes: pv.Lister(),
+		claims: pvc.Lister(), claimIndexer: pvc.Informer().GetIndexer(), claimWriter: c.writes.claims, volumes: pv.Lister(), volumeIndexer: pv.Informer().GetIndexer(),
 		preventVolumeModeConversion: opts.PreventVolumeModeConversion, distributedSnapshotting: opts.DistributedSnapshotting,
 		groups: &c.groups}
 	r, synced, err := newReconciler(c, pair[*snapshotv1.VolumeSnapshot, *snapshotv1.VolumeSnapshotContent]{

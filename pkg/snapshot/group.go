@@ -81,7 +81,8 @@ func (c *Controller) newGroups(factory snapinformers.SharedInformerFactory) (*gr
 	k := &groupKind{client: c.clients.Snapshots, classes: class.Lister(),
 		classIndexer: class.Informer().GetIndexer(), claims: c.single.claims, volumes: c.single.volumes,
 		distributed: c.opts.DistributedSnapshotting,
-		members: members{snapshotLister: c.singles.snapshotLister, snapshotIndexer: c.single.snapshotIndexer, contentLister: c.singles.contentLister,
+		members: members{snapshotLister: c.singles.snapshotLister, snapshotIndexer: c.single.snapshotIndexer,
+			volumeIndexer: c.single.volumeIndexer, contentLister: c.singles.contentLister,
 			snapshotWriter: c.writes.snapshots, contentWriter: c.writes.contents, wake: c.singles.snapshotQueue.Add}}
 	r, synced, err := newReconciler(c, pair[*groupv1.VolumeGroupSnapshot, *groupv1.VolumeGroupSnapshotContent]{
 		kind: k, snapshots: c.writes.groups, contents: c.writes.groupContents,
@@ -207,8 +208,14 @@ func (*groupKind) info(c *groupv1.VolumeGroupSnapshotContent) contentInfo {
 	return contentInfo{policy: c.Spec.DeletionPolicy, driver: c.Spec.Driver, reported: c.Status != nil}
 }
 
-// bound creates the members once the sidecar reported them and tells whether all are ready.
+// bound creates the members of a dynamic group once the sidecar reported them and tells whether
+// all are ready. A pre-provisioned group gets none, as upstream's does: whoever imports it
+// imports its members too, as pre-provisioned snapshots owned by the group (Kubernetes' e2e
+// suite counts them).
 func (k *groupKind) bound(ctx context.Context, vgs *groupv1.VolumeGroupSnapshot, content *groupv1.VolumeGroupSnapshotContent) (bool, error) {
+	if content.Spec.Source.GroupSnapshotHandles != nil {
+		return true, nil
+	}
 	return k.members.ensure(ctx, vgs, content)
 }
 

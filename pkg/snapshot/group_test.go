@@ -96,7 +96,7 @@ func member(handle string, opts ...func(*snapshotv1.VolumeSnapshot)) *snapshotv1
 			OwnerReferences: []metav1.OwnerReference{{APIVersion: groupv1.SchemeGroupVersion.String(), Kind: "VolumeGroupSnapshot",
 				Name: "group", UID: groupUID, Controller: ptr.To(true)}}},
 		Spec: snapshotv1.VolumeSnapshotSpec{Source: snapshotv1.VolumeSnapshotSource{
-			VolumeSnapshotContentName: ptr.To(protocol.MemberContentName(groupUID, handle))}},
+			PersistentVolumeClaimName: ptr.To("pvc-" + strings.TrimPrefix(handle, "vol-"))}},
 	}
 	for _, o := range opts {
 		o(vs)
@@ -105,7 +105,7 @@ func member(handle string, opts ...func(*snapshotv1.VolumeSnapshot)) *snapshotv1
 }
 
 func memberReady(vs *snapshotv1.VolumeSnapshot) {
-	vs.Status = &snapshotv1.VolumeSnapshotStatus{BoundVolumeSnapshotContentName: vs.Spec.Source.VolumeSnapshotContentName,
+	vs.Status = &snapshotv1.VolumeSnapshotStatus{BoundVolumeSnapshotContentName: ptr.To(memberContentName(vs)),
 		ReadyToUse: ptr.To(true), VolumeGroupSnapshotName: ptr.To("group")}
 }
 
@@ -149,6 +149,13 @@ func csiVolume(name, driver, handle string) *corev1.PersistentVolume {
 	return &corev1.PersistentVolume{ObjectMeta: metav1.ObjectMeta{Name: name},
 		Spec: corev1.PersistentVolumeSpec{PersistentVolumeSource: corev1.PersistentVolumeSource{
 			CSI: &corev1.CSIPersistentVolumeSource{Driver: driver, VolumeHandle: handle}}}}
+}
+
+// boundVolume is a CSI volume of the test driver bound to claim in namespace ns.
+func boundVolume(name, handle, claim string) *corev1.PersistentVolume {
+	pv := csiVolume(name, testDriver, handle)
+	pv.Spec.ClaimRef = &corev1.ObjectReference{Namespace: "ns", Name: claim}
+	return pv
 }
 
 // newGroupClass is newClass for groups.
@@ -306,7 +313,7 @@ func TestSyncGroupTransitions(t *testing.T) {
 			objs: bound, writes: "update volumegroupsnapshots/status"},
 		{name: "content not reported yet, status current: nothing", vgs: newGroup(groupBound), objs: bound},
 		{name: "content reports two members: each one's snapshot, content and content status, then the group's status",
-			vgs: newGroup(groupBound), objs: boundWith(reporting("vol-a", "vol-b")),
+			vgs: newGroup(groupBound), objs: append(boundWith(reporting("vol-a", "vol-b")), boundVolume("pv-a", "vol-a", "pvc-a")),
 			writes: memberWrites + "," + memberWrites, woken: 2, // the group's status stays not ready
 			check: func(t *testing.T, actions []k8stesting.Action) {
 				vs := created[*snapshotv1.VolumeSnapshot](actions, "volumesnapshots", 0)
@@ -314,8 +321,15 @@ func TestSyncGroupTransitions(t *testing.T) {
 					!slices.Equal(vs.Finalizers, want) || groupOf(vs) != "group" || groupOwner(vs).UID != groupUID {
 					t.Fatalf("created member snapshot %+v", vs)
 				}
+				// Its claim as its source, as upstream's members have; none known for vol-b.
+				if claim := ptr.Deref(vs.Spec.Source.PersistentVolumeClaimName, "?"); claim != "pvc-a" || vs.Spec.Source.VolumeSnapshotContentName != nil {
+					t.Errorf("member of vol-a has source %+v, want claim pvc-a", vs.Spec.Source)
+				}
+				if b := created[*snapshotv1.VolumeSnapshot](actions, "volumesnapshots", 1); b == nil || ptr.Deref(b.Spec.Source.PersistentVolumeClaimName, "?") != "" {
+					t.Errorf("member of vol-b (no volume known) %+v, want an empty claim name", b)
+				}
 				c := created[*snapshotv1.VolumeSnapshotContent](actions, "volumesnapshotcontents", 0)
-				if c == nil || c.Name != ptr.Deref(vs.Spec.Source.VolumeSnapshotContentName, "") || c.Spec.VolumeSnapshotRef.Name != vs.Name ||
+				if c == nil || c.Name != memberContentName(vs) || c.Spec.VolumeSnapshotRef.Name != vs.Name ||
 					c.Annotations[protocol.AnnGroupSnapshotHandle] != "gh" || ptr.Deref(c.Spec.Source.SnapshotHandle, "") != "snap-vol-a" {
 					t.Errorf("created member content %+v", c)
 				}
@@ -330,6 +344,12 @@ func TestSyncGroupTransitions(t *testing.T) {
 		{name: "members made and ready: no member writes, group ready", vgs: newGroup(groupBound),
 			objs: append(boundWith(reporting("vol-a", "vol-b")), member("vol-a", memberReady), memberContent("vol-a"),
 				member("vol-b", memberReady), memberContent("vol-b")),
+			writes: "update volumegroupsnapshots/status", ready: true, event: ReasonGroupReady},
+		{name: "pre-provisioned group reported: no members made (its importer makes them), group ready", vgs: newGroup(groupBound),
+			objs: boundWith(reporting("vol-a", "vol-b"), func(c *groupv1.VolumeGroupSnapshotContent) {
+				c.Spec.Source = groupv1.VolumeGroupSnapshotContentSource{GroupSnapshotHandles: &groupv1.GroupSnapshotHandles{
+					VolumeGroupSnapshotHandle: "gh", VolumeSnapshotHandles: []string{"snap-vol-a", "snap-vol-b"}}}
+			}),
 			writes: "update volumegroupsnapshots/status", ready: true, event: ReasonGroupReady},
 		{name: "a member not ready yet: group not ready", vgs: newGroup(groupBound),
 			objs: append(boundWith(reporting("vol-a", "vol-b")), member("vol-a", memberReady), memberContent("vol-a"),

@@ -41,6 +41,30 @@ func groupOwner(vs *snapshotv1.VolumeSnapshot) *metav1.OwnerReference {
 	return nil
 }
 
+// memberContentName is the content a member snapshot of a group made by this controller (or
+// upstream's) is bound to: the one named like it; "" for any other snapshot.
+func memberContentName(vs *snapshotv1.VolumeSnapshot) string {
+	if groupOwner(vs) == nil || vs.Spec.Source.PersistentVolumeClaimName == nil {
+		return ""
+	}
+	name, _ := protocol.MemberContentOf(vs.Name)
+	return name
+}
+
+// claimOf is the name of the claim in namespace bound to the driver's volume handle, "" when
+// none is known (upstream's controller names no claim then either).
+func (m members) claimOf(namespace, driver, handle string) string {
+	if handle == "" {
+		return ""
+	}
+	for _, pv := range indexed[*corev1.PersistentVolume](m.volumeIndexer, byVolumeHandle, driver+"/"+handle) {
+		if ref := pv.Spec.ClaimRef; ref != nil && ref.Namespace == namespace {
+			return ref.Name
+		}
+	}
+	return ""
+}
+
 // memberKey identifies a member: its volume handle, or its snapshot handle when the driver did not
 // report the volume (a pre-provisioned group).
 func memberKey(info groupv1.VolumeSnapshotInfo) string {
@@ -55,6 +79,7 @@ func memberKey(info groupv1.VolumeSnapshotInfo) string {
 type members struct {
 	snapshotLister  listers.ResourceIndexer[*snapshotv1.VolumeSnapshot]
 	snapshotIndexer cache.Indexer // byGroup
+	volumeIndexer   cache.Indexer // byVolumeHandle
 	contentLister   listers.ResourceIndexer[*snapshotv1.VolumeSnapshotContent]
 	snapshotWriter  *kube.Writer[*snapshotv1.VolumeSnapshot]
 	contentWriter   *kube.Writer[*snapshotv1.VolumeSnapshotContent]
@@ -72,11 +97,11 @@ func (m members) ensure(ctx context.Context, vgs *groupv1.VolumeGroupSnapshot, c
 	ready := true
 	for _, info := range st.VolumeSnapshotInfoList {
 		key := memberKey(info)
-		vs, err := m.ensureSnapshot(ctx, vgs, content, key)
+		vs, err := m.ensureSnapshot(ctx, vgs, content, info)
 		if err != nil {
 			return false, err
 		}
-		if err := m.ensureContent(ctx, vs, content, info); err != nil {
+		if err := m.ensureContent(ctx, vs, protocol.MemberContentName(vgs.UID, key), content, info); err != nil {
 			return false, err
 		}
 		ready = ready && protocol.Ready(vs)
@@ -84,9 +109,13 @@ func (m members) ensure(ctx context.Context, vgs *groupv1.VolumeGroupSnapshot, c
 	return ready, nil
 }
 
+// ensureSnapshot creates a member's snapshot. As upstream's, it names its volume's claim as its
+// source (backup tools and Kubernetes' e2e suite read it there); its owner reference makes it a
+// member, which the single-snapshot sync never provisions, and its content is the one named like
+// it (protocol.MemberContentOf).
 func (m members) ensureSnapshot(ctx context.Context, vgs *groupv1.VolumeGroupSnapshot,
-	content *groupv1.VolumeGroupSnapshotContent, key string) (*snapshotv1.VolumeSnapshot, error) {
-	name := protocol.MemberSnapshotName(vgs.UID, key)
+	content *groupv1.VolumeGroupSnapshotContent, info groupv1.VolumeSnapshotInfo) (*snapshotv1.VolumeSnapshot, error) {
+	name := protocol.MemberSnapshotName(vgs.UID, memberKey(info))
 	if vs, found, err := lookup(m.snapshotLister, m.snapshotWriter, controller.Key{Namespace: vgs.Namespace, Name: name}); err != nil || found {
 		return vs, err
 	}
@@ -103,7 +132,7 @@ func (m members) ensureSnapshot(ctx context.Context, vgs *groupv1.VolumeGroupSna
 			}},
 		},
 		Spec: snapshotv1.VolumeSnapshotSpec{Source: snapshotv1.VolumeSnapshotSource{
-			VolumeSnapshotContentName: ptr.To(protocol.MemberContentName(vgs.UID, key)),
+			PersistentVolumeClaimName: ptr.To(m.claimOf(vgs.Namespace, content.Spec.Driver, info.VolumeHandle)),
 		}},
 	}
 	created, err := m.snapshotWriter.Create(ctx, vs)
@@ -119,15 +148,14 @@ func (m members) ensureSnapshot(ctx context.Context, vgs *groupv1.VolumeGroupSna
 // on a member content, so a content found without its handle in status (the status write failed,
 // or this or another replica stopped between the create and that write) gets the status written
 // here; otherwise the member would never become ready, nor its group.
-func (m members) ensureContent(ctx context.Context, vs *snapshotv1.VolumeSnapshot,
+func (m members) ensureContent(ctx context.Context, vs *snapshotv1.VolumeSnapshot, name string,
 	group *groupv1.VolumeGroupSnapshotContent, info groupv1.VolumeSnapshotInfo) error {
-	name := *vs.Spec.Source.VolumeSnapshotContentName
 	content, found, err := lookup(m.contentLister, m.contentWriter, controller.Key{Name: name})
 	if err != nil {
 		return err
 	}
 	if !found {
-		if content, err = m.createContent(ctx, vs, group, info); err != nil {
+		if content, err = m.createContent(ctx, vs, name, group, info); err != nil {
 			return err
 		}
 	}
@@ -137,11 +165,11 @@ func (m members) ensureContent(ctx context.Context, vs *snapshotv1.VolumeSnapsho
 	return m.writeStatus(ctx, vs, content, group, info)
 }
 
-func (m members) createContent(ctx context.Context, vs *snapshotv1.VolumeSnapshot,
+func (m members) createContent(ctx context.Context, vs *snapshotv1.VolumeSnapshot, name string,
 	group *groupv1.VolumeGroupSnapshotContent, info groupv1.VolumeSnapshotInfo) (*snapshotv1.VolumeSnapshotContent, error) {
 	content := &snapshotv1.VolumeSnapshotContent{
 		ObjectMeta: metav1.ObjectMeta{
-			Name: *vs.Spec.Source.VolumeSnapshotContentName, Finalizers: []string{protocol.ContentBoundFinalizer},
+			Name: name, Finalizers: []string{protocol.ContentBoundFinalizer},
 			Annotations: map[string]string{protocol.AnnGroupSnapshotHandle: *group.Status.VolumeGroupSnapshotHandle},
 		},
 		Spec: snapshotv1.VolumeSnapshotContentSpec{

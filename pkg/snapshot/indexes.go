@@ -21,6 +21,8 @@ const (
 	byDriver = "driver"
 	// byGroup indexes VolumeSnapshots by the uid of the VolumeGroupSnapshot that owns them.
 	byGroup = "group"
+	// byVolumeHandle indexes CSI PersistentVolumes by "driver/volume handle".
+	byVolumeHandle = "volumeHandle"
 )
 
 func nsName(namespace, name string) string { return namespace + "/" + name }
@@ -34,7 +36,7 @@ func nsName(namespace, name string) string { return namespace + "/" + name }
 // number.
 func snapshotsBySourcePVC(obj any) ([]string, error) {
 	vs, ok := obj.(*snapshotv1.VolumeSnapshot)
-	if !ok || vs.Spec.Source.PersistentVolumeClaimName == nil || protocol.Ready(vs) && vs.DeletionTimestamp == nil {
+	if !ok || !claimDependent(vs) || protocol.Ready(vs) && vs.DeletionTimestamp == nil {
 		return nil, nil
 	}
 	return []string{nsName(vs.Namespace, *vs.Spec.Source.PersistentVolumeClaimName)}, nil
@@ -98,6 +100,20 @@ func snapshotsByGroup(obj any) ([]string, error) {
 		if ref.Kind == "VolumeGroupSnapshot" {
 			return []string{string(ref.UID)}, nil
 		}
+	}
+	return nil, nil
+}
+
+// claimDependent tells whether vs depends on its source claim: it names one and is not a group's
+// member (a member's claim was snapshotted with its group, and never gets the snapshot's
+// finalizer).
+func claimDependent(vs *snapshotv1.VolumeSnapshot) bool {
+	return vs.Spec.Source.PersistentVolumeClaimName != nil && groupOwner(vs) == nil
+}
+
+func volumesByHandle(obj any) ([]string, error) {
+	if pv, ok := obj.(*corev1.PersistentVolume); ok && pv.Spec.CSI != nil {
+		return []string{pv.Spec.CSI.Driver + "/" + pv.Spec.CSI.VolumeHandle}, nil
 	}
 	return nil, nil
 }

@@ -196,7 +196,7 @@ func (k *snapshotKind) protectClaim(ctx context.Context, pvc *corev1.PersistentV
 // claim is still being taken.
 func (k *snapshotKind) releaseClaim(ctx context.Context, vs *snapshotv1.VolumeSnapshot) error {
 	name := vs.Spec.Source.PersistentVolumeClaimName
-	if name == nil || beingTaken(vs) {
+	if !claimDependent(vs) || beingTaken(vs) {
 		return nil
 	}
 	pvc, err := k.claims.PersistentVolumeClaims(vs.Namespace).Get(*name)

@@ -67,6 +67,7 @@ type snapshotKind struct {
 	claimIndexer    cache.Indexer
 	claimWriter     *kube.Writer[*corev1.PersistentVolumeClaim]
 	volumes         corelisters.PersistentVolumeLister
+	volumeIndexer   cache.Indexer // byVolumeHandle
 
 	preventVolumeModeConversion, distributedSnapshotting bool
 	// groups is the group reconciler once groups are enabled.
@@ -92,8 +93,12 @@ func (*snapshotKind) state(vs *snapshotv1.VolumeSnapshot) snapshotState {
 
 func (*snapshotKind) status(vs *snapshotv1.VolumeSnapshot) any { return vs.Status }
 
+// sourceContent: the content a pre-provisioned snapshot names, or a group's member's own.
 func (*snapshotKind) sourceContent(vs *snapshotv1.VolumeSnapshot) string {
-	return ptr.Deref(vs.Spec.Source.VolumeSnapshotContentName, "")
+	if name := ptr.Deref(vs.Spec.Source.VolumeSnapshotContentName, ""); name != "" {
+		return name
+	}
+	return memberContentName(vs)
 }
 
 // waitsForContent: a new group member's content is created by its group.

@@ -56,8 +56,8 @@ func trimClaim(pvc *corev1.PersistentVolumeClaim) *corev1.PersistentVolumeClaim 
 	}
 }
 
-// trimVolume keeps identity, the CSI driver and handle, the volume mode and the node affinity
-// (distributed snapshotting).
+// trimVolume keeps identity, the CSI driver and handle, the volume mode, the node affinity
+// (distributed snapshotting) and the claim's namespace and name (a group's members name it).
 func trimVolume(pv *corev1.PersistentVolume) *corev1.PersistentVolume {
 	out := &corev1.PersistentVolume{
 		TypeMeta: pv.TypeMeta,
@@ -68,6 +68,9 @@ func trimVolume(pv *corev1.PersistentVolume) *corev1.PersistentVolume {
 	}
 	if csi := pv.Spec.CSI; csi != nil {
 		out.Spec.CSI = &corev1.CSIPersistentVolumeSource{Driver: csi.Driver, VolumeHandle: csi.VolumeHandle}
+	}
+	if ref := pv.Spec.ClaimRef; ref != nil {
+		out.Spec.ClaimRef = &corev1.ObjectReference{Namespace: ref.Namespace, Name: ref.Name}
 	}
 	return out
 }

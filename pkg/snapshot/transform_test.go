@@ -39,12 +39,14 @@ func TestTrimForCache(t *testing.T) {
 
 	pv := &corev1.PersistentVolume{ObjectMeta: metav1.ObjectMeta{Name: "pv1", UID: "u2", Annotations: map[string]string{"a": "b"}},
 		Spec: corev1.PersistentVolumeSpec{VolumeMode: &block, NodeAffinity: &corev1.VolumeNodeAffinity{},
+			ClaimRef: &corev1.ObjectReference{Kind: "PersistentVolumeClaim", Namespace: "ns", Name: "data", UID: "u1", ResourceVersion: "7"},
 			PersistentVolumeSource: corev1.PersistentVolumeSource{CSI: &corev1.CSIPersistentVolumeSource{
 				Driver: "d", VolumeHandle: "h", VolumeAttributes: map[string]string{"k": "v"}}}}}
 	got, _ = trimForCache(pv)
 	vol := got.(*corev1.PersistentVolume)
 	if vol.Spec.CSI == nil || vol.Spec.CSI.Driver != "d" || vol.Spec.CSI.VolumeHandle != "h" || vol.Spec.VolumeMode == nil ||
-		vol.Spec.NodeAffinity == nil || vol.Spec.CSI.VolumeAttributes != nil || vol.Annotations != nil {
+		vol.Spec.NodeAffinity == nil || vol.Spec.CSI.VolumeAttributes != nil || vol.Annotations != nil ||
+		*vol.Spec.ClaimRef != (corev1.ObjectReference{Namespace: "ns", Name: "data"}) {
 		t.Errorf("volume %+v", vol)
 	}
 

@@ -43,6 +43,13 @@ func newSnapshot(opts ...func(*snapshotv1.VolumeSnapshot)) *snapshotv1.VolumeSna
 	return vs
 }
 
+// groupMember makes vs a member of group "group", as the group makes its members.
+func groupMember(vs *snapshotv1.VolumeSnapshot) {
+	vs.Name = protocol.MemberSnapshotName("group-uid", "vol-1")
+	vs.OwnerReferences = []metav1.OwnerReference{{APIVersion: groupv1.SchemeGroupVersion.String(), Kind: "VolumeGroupSnapshot",
+		Name: "group", UID: "group-uid", Controller: ptr.To(true)}}
+}
+
 func preProvisioned(vs *snapshotv1.VolumeSnapshot) {
 	vs.Spec.Source = snapshotv1.VolumeSnapshotSource{VolumeSnapshotContentName: ptr.To("imported")}
 }
@@ -277,6 +284,14 @@ func TestSyncSnapshotTransitions(t *testing.T) {
 				&corev1.PersistentVolumeClaim{ObjectMeta: metav1.ObjectMeta{Name: "restore", Namespace: "ns"}, Spec: corev1.PersistentVolumeClaimSpec{
 					DataSource: &corev1.TypedLocalObjectReference{APIGroup: ptr.To(snapshotv1.GroupName), Kind: "VolumeSnapshot", Name: "snap"}},
 					Status: corev1.PersistentVolumeClaimStatus{Phase: corev1.ClaimPending}})},
+		{name: "a group's new member, naming its claim: waits for its group's content, never provisions",
+			vs: newSnapshot(groupMember), objs: good},
+		{name: "a group's member with its content: status, nothing written to its claim",
+			vs: newSnapshot(groupMember, func(vs *snapshotv1.VolumeSnapshot) {
+				vs.Finalizers = []string{protocol.SnapshotInGroupFinalizer, protocol.SnapshotAsSourceFinalizer, protocol.SnapshotBoundFinalizer}
+			}), objs: with(newContent(memberContentName(newSnapshot(groupMember)), readyContent, func(c *snapshotv1.VolumeSnapshotContent) {
+				c.Spec.VolumeSnapshotRef.Name = newSnapshot(groupMember).Name
+			})), writes: "update volumesnapshots/status", event: ReasonSnapshotReady},
 		{name: "a group member is held by its group",
 			vs: newSnapshot(boundTo("m"), deleting, func(vs *snapshotv1.VolumeSnapshot) {
 				vs.Finalizers = append(vs.Finalizers, protocol.SnapshotInGroupFinalizer)

@@ -2,6 +2,7 @@ package controller
 
 import (
 	"context"
+	"fmt"
 	"slices"
 	"strings"
 	"testing"
@@ -12,6 +13,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/util/retry"
+	"k8s.io/utils/ptr"
 
 	groupv1 "github.com/shutter-csi/shutter/client/apis/volumegroupsnapshot/v1"
 	snapshotv1 "github.com/shutter-csi/shutter/client/apis/volumesnapshot/v1"
@@ -121,6 +123,10 @@ func TestGroupSnapshotLifecycle(t *testing.T) {
 			!slices.Contains(member.Finalizers, protocol.SnapshotInGroupFinalizer) ||
 			*member.Status.BoundVolumeSnapshotContentName != protocol.MemberContentName(vgs.UID, h) {
 			t.Errorf("member %s: status %+v finalizers %v", member.Name, member.Status, member.Finalizers)
+		}
+		// Its claim is its source, as upstream's members name theirs.
+		if claim := strings.TrimPrefix(h, "vol-"+f.ns+"-"); ptr.Deref(member.Spec.Source.PersistentVolumeClaimName, "") != claim {
+			t.Errorf("member %s: source %+v, want claim %s", member.Name, member.Spec.Source, claim)
 		}
 	}
 
@@ -234,8 +240,9 @@ func TestGroupRetain(t *testing.T) {
 	}
 }
 
-// TestPreProvisionedGroup binds a group snapshot to an existing group content and makes its
-// members from the reported handles.
+// TestPreProvisionedGroup binds a group snapshot to an existing group content. As upstream's
+// controller, it makes no members for it: the importer imports them as pre-provisioned snapshots
+// owned by the group (as Kubernetes' e2e suite does), which become ready and go with the group.
 func TestPreProvisionedGroup(t *testing.T) {
 	t.Parallel()
 	f := setup(t)
@@ -257,11 +264,42 @@ func TestPreProvisionedGroup(t *testing.T) {
 		Spec:       groupv1.VolumeGroupSnapshotSpec{Source: groupv1.VolumeGroupSnapshotSource{VolumeGroupSnapshotContentName: &name}},
 	})
 	vgs := f.waitGroup(t, "imported", groupReady)
-	for _, h := range []string{"s-1", "s-2"} {
-		f.waitSnapshot(t, protocol.MemberSnapshotName(vgs.UID, h), ready)
-	}
 	content, err := f.client.GroupsnapshotV1().VolumeGroupSnapshotContents().Get(context.Background(), name, metav1.GetOptions{})
 	if err != nil || content.Spec.VolumeGroupSnapshotRef.UID != vgs.UID || !slices.Contains(content.Finalizers, protocol.GroupContentBoundFinalizer) {
 		t.Fatalf("group content not bound: %v %+v", err, content)
 	}
+	// The sync that found the group ready would have made members before.
+	if list, err := f.client.SnapshotV1().VolumeSnapshots(f.ns).List(context.Background(), metav1.ListOptions{}); err != nil || len(list.Items) != 0 {
+		t.Fatalf("snapshots made for a pre-provisioned group: %v %d", err, len(list.Items))
+	}
+
+	var members []string
+	for i, handle := range []string{"s-1", "s-2"} {
+		vs, vsc := fmt.Sprintf("member-%d", i), fmt.Sprintf("member-%d-%s", i, f.ns)
+		members = append(members, vs)
+		testenv.Create(t, f.client.SnapshotV1().VolumeSnapshotContents(), &snapshotv1.VolumeSnapshotContent{
+			ObjectMeta: metav1.ObjectMeta{Name: vsc},
+			Spec: snapshotv1.VolumeSnapshotContentSpec{
+				VolumeSnapshotRef: corev1.ObjectReference{Name: vs, Namespace: f.ns},
+				DeletionPolicy:    snapshotv1.VolumeSnapshotContentDelete, Driver: driver,
+				Source: snapshotv1.VolumeSnapshotContentSource{SnapshotHandle: ptr.To(handle)},
+			},
+		})
+		testenv.Create(t, f.client.SnapshotV1().VolumeSnapshots(f.ns), &snapshotv1.VolumeSnapshot{
+			ObjectMeta: metav1.ObjectMeta{Name: vs, OwnerReferences: []metav1.OwnerReference{{
+				APIVersion: groupv1.SchemeGroupVersion.String(), Kind: "VolumeGroupSnapshot", Name: vgs.Name, UID: vgs.UID}}},
+			Spec: snapshotv1.VolumeSnapshotSpec{Source: snapshotv1.VolumeSnapshotSource{VolumeSnapshotContentName: &vsc}},
+		})
+		f.waitSnapshot(t, vs, ready)
+	}
+	if err := f.client.GroupsnapshotV1().VolumeGroupSnapshots(f.ns).Delete(context.Background(), vgs.Name, metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	for _, vs := range members {
+		waitGone(t, "member "+vs, func(ctx context.Context) error { return f.getSnapshot(ctx, vs) })
+	}
+	waitGone(t, "group content "+name, func(ctx context.Context) error {
+		_, err := f.client.GroupsnapshotV1().VolumeGroupSnapshotContents().Get(ctx, name, metav1.GetOptions{})
+		return err
+	})
 }
