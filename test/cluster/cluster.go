@@ -100,9 +100,12 @@ func Start(ctx context.Context, opts Options) (c *Cluster, err error) {
 	opts.Dir = dir
 	started := time.Now()
 	c = &Cluster{Dir: dir, Kubeconfig: filepath.Join(dir, KubeconfigName), opts: opts}
+	// The failure returns below set c to nil: stop what started through a copy of it (stopping
+	// through c itself panicked, and left a started node's mounts and processes behind).
+	cluster := c
 	defer func() {
 		if err != nil {
-			c.Stop()
+			_ = cluster.Stop()
 		}
 	}()
 	nodeName := ""

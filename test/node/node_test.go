@@ -293,7 +293,9 @@ func (h host) assertSame(t *testing.T, before host) {
 		}
 	}
 	for cg := range h.cgroups {
-		if !before.cgroups[cg] {
+		// pkg/hostpath's quiesce tests, which may run beside this package, make and remove
+		// cgroups of their own at the top of a hierarchy.
+		if !before.cgroups[cg] && !strings.HasPrefix(filepath.Base(cg), "shutter-test-") {
 			t.Errorf("cgroup %s left behind", cg)
 		}
 	}
