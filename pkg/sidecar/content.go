@@ -36,7 +36,8 @@ func (contentKind) keys() kindKeys { return contentKeys }
 func (contentKind) spec(c content) spec {
 	_, member := c.Annotations[protocol.AnnGroupSnapshotHandle]
 	return spec{driver: c.Spec.Driver, member: member, dynamic: c.Spec.Source.VolumeHandle != nil,
-		refUID: c.Spec.VolumeSnapshotRef.UID, policy: c.Spec.DeletionPolicy, handle: ptr.Deref(c.Spec.Source.SnapshotHandle, "")}
+		refUID: c.Spec.VolumeSnapshotRef.UID, policy: c.Spec.DeletionPolicy, handle: ptr.Deref(c.Spec.Source.SnapshotHandle, ""),
+		inGroup: c.Status != nil && ptr.Deref(c.Status.VolumeGroupSnapshotHandle, "") != ""}
 }
 
 func (contentKind) state(c content) state {
@@ -100,6 +101,9 @@ func withSnapshot(c content, s *csi.Snapshot) content {
 	c.Status.CreationTime = nil
 	if !s.CreationTime.IsZero() {
 		c.Status.CreationTime = ptr.To(s.CreationTime.UnixNano())
+	}
+	if s.GroupID != "" {
+		c.Status.VolumeGroupSnapshotHandle = ptr.To(s.GroupID)
 	}
 	c.Status.Error = nil
 	return c

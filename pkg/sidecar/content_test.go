@@ -164,6 +164,15 @@ func TestContentTransitions(t *testing.T) {
 		{name: "pre-provisioned: known handle", content: newContent(name, preProvisioned("snap-x")),
 			driver:    func(d *csitest.Fake) { d.AddSnapshot(csi.Snapshot{ID: "snap-x", SizeBytes: 5, ReadyToUse: true}) },
 			wantRoute: "done", wantCalls: []string{"GetSnapshot"}, wantPatches: []string{"status"}, check: hasStatus("snap-x", true)},
+		{name: "pre-provisioned: a group's member snapshot: the group's handle recorded", content: newContent(name, preProvisioned("snap-x")),
+			driver:    func(d *csitest.Fake) { d.AddSnapshot(csi.Snapshot{ID: "snap-x", GroupID: "g-1", SizeBytes: 5, ReadyToUse: true}) },
+			wantRoute: "done", wantCalls: []string{"GetSnapshot"}, wantPatches: []string{"status"},
+			check: func(t *testing.T, got content, f *fixture) {
+				hasStatus("snap-x", true)(t, got, f)
+				if ptr.Deref(got.Status.VolumeGroupSnapshotHandle, "") != "g-1" {
+					t.Errorf("status %+v, want the group handle g-1", got.Status)
+				}
+			}},
 		{name: "pre-provisioned: unknown handle", content: newContent(name, preProvisioned("snap-x")),
 			wantRoute: "final", wantCalls: []string{"GetSnapshot"}, wantPatches: []string{"status"}, wantEvent: reasonCheckFailed,
 			check: hasError("does not know", false)},
@@ -196,6 +205,11 @@ func TestContentTransitions(t *testing.T) {
 		{name: "delete: retain only releases", content: newContent(name, markedDeleted, retained, withStatus("h", true)),
 			wantRoute: "done", wantPatches: []string{""}, check: released},
 		{name: "delete: group member only releases", content: newContent(name, markedDeleted, withStatus("h", true), withAnn(protocol.AnnGroupSnapshotHandle, "g")),
+			wantRoute: "done", wantPatches: []string{""}, check: released},
+		{name: "delete: a snapshot of a group (pre-provisioned member) only releases: it goes with its group",
+			content: newContent(name, markedDeleted, preProvisioned("h"), withStatus("h", true), func(c content) {
+				c.Status.VolumeGroupSnapshotHandle = ptr.To("g-1")
+			}),
 			wantRoute: "done", wantPatches: []string{""}, check: released},
 		{name: "delete: unbound pre-provisioned only releases", content: newContent(name, deleting, preProvisioned("h"), unbound),
 			wantRoute: "done", wantPatches: []string{""}, check: released},

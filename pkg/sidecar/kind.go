@@ -65,6 +65,11 @@ type spec struct {
 	policy snapshotv1.DeletionPolicy
 	// handle is the backend handle a pre-provisioned object names, "" for none.
 	handle string
+	// inGroup tells whether the backend snapshot belongs to a group snapshot (the driver said so,
+	// and status.volumeGroupSnapshotHandle records it): it goes with its group, and deleting the
+	// object only lets it go, as upstream's sidecar does; drivers refuse to delete such a
+	// snapshot alone.
+	inGroup bool
 }
 
 // state is what the reconciler reads of a status.

@@ -168,7 +168,7 @@ func (r *reconciler[T]) syncDeletion(ctx context.Context, obj T) error {
 		return nil
 	}
 	switch {
-	case spec.member, spec.policy != deletePolicy, !spec.dynamic && spec.refUID == "":
+	case spec.member, spec.inGroup, spec.policy != deletePolicy, !spec.dynamic && spec.refUID == "":
 		return r.release(ctx, obj)
 	case obj.GetAnnotations()[keys.beingDeleted] == "":
 		klog.FromContext(ctx).V(4).Info("Waiting for the snapshot controller to mark the object being deleted")
