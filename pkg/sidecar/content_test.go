@@ -165,7 +165,9 @@ func TestContentTransitions(t *testing.T) {
 			driver:    func(d *csitest.Fake) { d.AddSnapshot(csi.Snapshot{ID: "snap-x", SizeBytes: 5, ReadyToUse: true}) },
 			wantRoute: "done", wantCalls: []string{"GetSnapshot"}, wantPatches: []string{"status"}, check: hasStatus("snap-x", true)},
 		{name: "pre-provisioned: a group's member snapshot: the group's handle recorded", content: newContent(name, preProvisioned("snap-x")),
-			driver:    func(d *csitest.Fake) { d.AddSnapshot(csi.Snapshot{ID: "snap-x", GroupID: "g-1", SizeBytes: 5, ReadyToUse: true}) },
+			driver: func(d *csitest.Fake) {
+				d.AddSnapshot(csi.Snapshot{ID: "snap-x", GroupID: "g-1", SizeBytes: 5, ReadyToUse: true})
+			},
 			wantRoute: "done", wantCalls: []string{"GetSnapshot"}, wantPatches: []string{"status"},
 			check: func(t *testing.T, got content, f *fixture) {
 				hasStatus("snap-x", true)(t, got, f)
