@@ -179,6 +179,20 @@ func TestDistributedChart(t *testing.T) {
 	images := buildImages(t, ctx, bin, filepath.Join(dir, "images"))
 	c, _ := startNodes(t, ctx, bin, filepath.Join(dir, "c"), 3, images)
 	k := kube{t: t, ctx: ctx, bin: bin, kubeconfig: c.Kubeconfig}
+	// On failure, what the components said (before the cluster stops; ctx is over by then).
+	t.Cleanup(func() {
+		if t.Failed() {
+			dump := kube{t: t, ctx: context.Background(), bin: bin, kubeconfig: c.Kubeconfig}
+			for _, args := range [][]string{
+				{"get", "volumesnapshot,volumesnapshotcontent", "-A", "-o", "yaml"},
+				{"get", "events", "-A", "--sort-by=.lastTimestamp"},
+				{"-n", "shutter-system", "logs", "-l", "app.kubernetes.io/instance=shutter", "--all-containers", "--prefix", "--tail=150", "--max-log-requests=20"},
+			} {
+				out, _ := dump.try("", "kubectl", args...)
+				t.Log(out)
+			}
+		}
+	})
 	chart := filepath.Join(testenv.RepoRoot(), "deploy", "helm", "shutter")
 	k.run("", "helm", "install", "shutter", chart, "-n", "shutter-system", "--create-namespace", "--wait", "--timeout", "8m",
 		"-f", filepath.Join(chart, "ci", "local-node-values.yaml"), "--set", "hostpath.mode=distributed",
