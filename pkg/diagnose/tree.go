@@ -52,6 +52,9 @@ var finalizerOwners = map[string][2]string{
 	protocol.GroupSnapshotBoundFinalizer: {"snapshot-controller", "its group content is handled"},
 	"kubernetes.io/pvc-protection":       {"kube-controller-manager", "no pod uses the claim"},
 	"kubernetes.io/pv-protection":        {"kube-controller-manager", "its claim has let the volume go"},
+	// csi-provisioner v6.4 and later, where its role may watch and update volumesnapshots.
+	"provisioner.storage.kubernetes.io/volumesnapshot-as-source-protection": {"csi-provisioner", "the volume it provisions from this snapshot is created"},
+	"provisioner.storage.kubernetes.io/cloning-protection":                  {"csi-provisioner", "the volume it clones from this claim is created"},
 }
 
 // annotationMeanings are the annotations and labels of the protocol that describe shows.

@@ -204,9 +204,13 @@ func (k *snapshotKind) changed(vs *snapshotv1.VolumeSnapshot) {
 	}
 }
 
-// afterBound releases the source claim once the snapshot is no longer being taken.
+// afterBound releases the source claim once the snapshot is no longer being taken, and sends
+// the claims restored from it to its node (distributed snapshotting).
 func (k *snapshotKind) afterBound(ctx context.Context, vs *snapshotv1.VolumeSnapshot) error {
-	return k.releaseClaim(ctx, vs)
+	if err := k.releaseClaim(ctx, vs); err != nil {
+		return err
+	}
+	return k.steerRestores(ctx, vs)
 }
 
 // releasing lets the source claim go when the snapshot's finalizers are about to be dropped.

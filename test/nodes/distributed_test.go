@@ -291,12 +291,12 @@ func snapshotOnOneNode(t *testing.T, ctx context.Context, k kube, c *cluster.Clu
 		}
 	}
 
-	// The restore's pod is placed on the snapshot's node. Left to the scheduler, it went to nodes 1
-	// and 3 again and again (the driver answers ResourceExhausted "snapshot ... is not on node",
-	// 24 times in 5 minutes on one node), and the test failed: nothing steers a restore of a
-	// node-local snapshot to that node yet (issue 30's note).
-	k.run(claimYAML("restored-2", "10Mi", "snap-2")+"---\n"+podYAML("reader-2", "restored-2", c.Nodes[1].Name, "read", "/data/set"), "kubectl", "apply", "-f", "-")
-	k.run("", "kubectl", "wait", "pod/reader-2", "--for=jsonpath={.status.phase}=Succeeded", "--timeout=8m")
+	// The restore's pod names no node: the controller gives the claim the snapshot's node as its
+	// selected node, and the scheduler places the pod there. Before it did, the scheduler sent it
+	// to nodes 1 and 3 again and again (the driver answers ResourceExhausted "snapshot ... is not
+	// on node", 24 times in 5 minutes on one node).
+	k.run(claimYAML("restored-2", "10Mi", "snap-2")+"---\n"+podYAML("reader-2", "restored-2", "", "read", "/data/set"), "kubectl", "apply", "-f", "-")
+	k.run("", "kubectl", "wait", "pod/reader-2", "--for=jsonpath={.status.phase}=Succeeded", "--timeout=3m")
 	if node := k.run("", "kubectl", "get", "pod", "reader-2", "-o", "jsonpath={.spec.nodeName}"); node != c.Nodes[1].Name {
 		t.Errorf("the restore's pod ran on %s, want %s (the snapshot's node)", node, c.Nodes[1].Name)
 	}
