@@ -22,6 +22,13 @@
 # regexp), PROCS (parallel ginkgo processes, default 4), REPORT_DIR (default
 # bin/conformance/<UTC time>), CONFORMANCE_DIR (the cluster's state folder), TIMEOUT (ginkgo's,
 # default 2h).
+#
+# STACK=upstream runs the same suites against the reference stack instead of the chart, for the
+# side-by-side table (by hand, outside CI): upstream's csi-driver-host-path and
+# node-driver-registrar built from the checkouts HOSTPATH_SRC and REGISTRAR_SRC (neither is served
+# by the Go module proxy), upstream's csi-snapshotter and snapshot-controller from
+# hack/tools/snapshotter, with upstream's CRDs and roles, deployed by
+# test/conformance/upstream/stack.yaml and described by test/conformance/upstream/testdriver.yaml.
 set -euo pipefail
 
 root=$(cd "$(dirname "$0")/.." && pwd)
@@ -38,6 +45,16 @@ suites=${SUITES:-snapshottable}
 skip=${SKIP:-'\[Disruptive\]|\[Feature:Windows\]|volumeMode should not mount / map unused volumes|provision storage with any volume data source'}
 procs=${PROCS:-4}
 timeout=${TIMEOUT:-2h}
+stack=${STACK:-shutter}
+case "$stack" in
+  shutter) testdriver="$root/test/conformance/testdriver.yaml" ;;
+  upstream)
+    testdriver="$root/test/conformance/upstream/testdriver.yaml"
+    for src in HOSTPATH_SRC REGISTRAR_SRC; do
+      [ -f "${!src:-}/go.mod" ] || { echo "conformance: STACK=upstream needs $src, a checkout (see docs/conformance.md)" >&2; exit 2; }
+    done ;;
+  *) echo "conformance: STACK is shutter or upstream, not $stack" >&2; exit 2 ;;
+esac
 report=${REPORT_DIR:-$root/bin/conformance/$(date -u +%Y%m%dT%H%M%SZ)}
 dir=${CONFORMANCE_DIR:-$cache/conformance}
 arch=$(go env GOARCH)
@@ -51,9 +68,25 @@ say() { echo "conformance: $*" >&2; }
 bin=$(hack/build-tools.sh etcd kube-apiserver kube-controller-manager kubectl helm node csi-provisioner conformance | tail -1)
 export PATH="$bin:$PATH"
 
-say "building this checkout's images for linux/$arch"
-make --no-print-directory images PLATFORMS="linux/$arch" >&2
-shutter_images=$(ls "$root"/bin/images/*.tar | paste -sd, -)
+if [ "$stack" = shutter ]; then
+  say "building this checkout's images for linux/$arch"
+  make --no-print-directory images PLATFORMS="linux/$arch" >&2
+  stack_images=$(ls "$root"/bin/images/*.tar | paste -sd, -)
+else
+  # Static binaries named like their images, then the images.
+  upstream="$cache/upstream"
+  mkdir -p "$upstream"
+  say "building upstream's hostpathplugin and csi-node-driver-registrar from $HOSTPATH_SRC and $REGISTRAR_SRC"
+  # The driver refuses to start without the version its Makefile stamps.
+  (cd "$HOSTPATH_SRC" && CGO_ENABLED=0 GOWORK=off go build -mod=vendor -ldflags "-X main.version=v1.18.0" \
+    -o "$upstream/hostpathplugin" ./cmd/hostpathplugin)
+  (cd "$REGISTRAR_SRC" && CGO_ENABLED=0 GOWORK=off go build -mod=vendor -ldflags "-X main.version=v2.17.0" \
+    -o "$upstream/csi-node-driver-registrar" ./cmd/csi-node-driver-registrar)
+  hack/build-tools.sh upstream-snapshot-controller upstream-csi-snapshotter >/dev/null
+  cp "$bin/upstream-snapshot-controller" "$upstream/snapshot-controller"
+  cp "$bin/upstream-csi-snapshotter" "$upstream/csi-snapshotter"
+  stack_images=$(go run ./hack/conformance upstream -debs "$cache/debs" -bin "$upstream" -out "$report/upstream-images" | tail -1)
+fi
 images="$report/images"
 suite_images=$(go run ./hack/conformance -debs "$cache/debs" -agnhost "$bin/agnhost" -out "$images" | tail -1)
 
@@ -63,14 +96,20 @@ cleanup() {
   local rc=$?
   trap - EXIT INT TERM
   if [ -f "$dir/kube-apiserver.pid" ]; then
-    # The chart's components' logs (the driver's, the sidecars', the controller's).
+    # The stack's components' logs (the driver's, the sidecars', the controller's).
     mkdir -p "$report/pod-logs"
-    cp -rL "$dir"/node/pod-logs/shutter-system_* "$report/pod-logs/" 2>/dev/null || true
+    cp -rL "$dir"/node/pod-logs/shutter-system_* "$dir"/node/pod-logs/default_upstream-hostpath-* \
+      "$dir"/node/pod-logs/kube-system_snapshot-controller-* "$report/pod-logs/" 2>/dev/null || true
     # What the suite's cleanup left behind (it should be nothing).
     kubectl --kubeconfig "$kubeconfig" get pv,volumesnapshotcontents,volumegroupsnapshotcontents -o name \
       >"$report/left-over.txt" 2>&1 || true
-    say "uninstalling the chart"
-    helm --kubeconfig "$kubeconfig" uninstall shutter -n shutter-system --wait --timeout 3m >&2 || true
+    if [ "$stack" = shutter ]; then
+      say "uninstalling the chart"
+      helm --kubeconfig "$kubeconfig" uninstall shutter -n shutter-system --wait --timeout 3m >&2 || true
+    else
+      say "deleting the reference stack"
+      [ ! -f "$report/stack.yaml" ] || kubectl --kubeconfig "$kubeconfig" delete -f "$report/stack.yaml" --wait --timeout 3m >&2 || true
+    fi
   fi
   say "stopping the control plane and the node"
   go run ./hack/cluster down -dir "$dir" >&2 || rc=1
@@ -91,12 +130,35 @@ if [ -n "${NODE_LOCK:-}" ]; then
   flock 8
 fi
 say "starting the control plane and the node in $dir"
-go run ./hack/cluster up -node -dir "$dir" -images "$shutter_images,$suite_images" >"$report/cluster-env.sh"
+go run ./hack/cluster up -node -dir "$dir" -images "$stack_images,$suite_images" >"$report/cluster-env.sh"
 export KUBECONFIG="$kubeconfig"
-say "installing the chart"
-helm install shutter deploy/helm/shutter -n shutter-system --create-namespace \
-  -f deploy/helm/shutter/ci/local-node-values.yaml -f "$dir/node-values.yaml" \
-  -f test/conformance/values.yaml --wait --timeout 5m >&2
+if [ "$stack" = shutter ]; then
+  say "installing the chart"
+  helm install shutter deploy/helm/shutter -n shutter-system --create-namespace \
+    -f deploy/helm/shutter/ci/local-node-values.yaml -f "$dir/node-values.yaml" \
+    -f test/conformance/values.yaml --wait --timeout 5m >&2
+else
+  say "installing the reference stack: upstream's CRDs and roles, then test/conformance/upstream/stack.yaml"
+  modules=$(cd hack/tools/snapshotter && GOWORK=off go list -m -f '{{.Dir}}' github.com/kubernetes-csi/external-snapshotter/v8 \
+    github.com/kubernetes-csi/external-snapshotter/client/v8)
+  snapshotter_dir=$(echo "$modules" | sed -n 1p)
+  client_dir=$(echo "$modules" | sed -n 2p)
+  provisioner_dir=$(cd hack/tools/provisioner && GOWORK=off go list -m -f '{{.Dir}}' github.com/kubernetes-csi/external-provisioner/v6)
+  kubectl apply -f "$client_dir/config/crd/snapshot.storage.k8s.io_volumesnapshotclasses.yaml" \
+    -f "$client_dir/config/crd/snapshot.storage.k8s.io_volumesnapshotcontents.yaml" \
+    -f "$client_dir/config/crd/snapshot.storage.k8s.io_volumesnapshots.yaml" >&2
+  kubectl wait --for=condition=Established --timeout=1m crd --all >&2
+  kubectl apply -f "$snapshotter_dir/deploy/kubernetes/csi-snapshotter/rbac-csi-snapshotter.yaml" \
+    -f "$snapshotter_dir/deploy/kubernetes/snapshot-controller/rbac-snapshot-controller.yaml" \
+    -f "$provisioner_dir/deploy/kubernetes/rbac.yaml" >&2
+  port=$(sed -n 's/^ *kubernetesServicePort: *"*\([0-9]*\)"*$/\1/p' "$dir/node-values.yaml")
+  kubelet_dir=$(sed -n 's/^ *kubeletDir: *//p' "$dir/node-values.yaml")
+  sed -e "s|@KUBELET_DIR@|$kubelet_dir|g" -e "s|@DATA_DIR@|$dir/node/upstream-hostpath-data|g" -e "s|@API_PORT@|$port|g" \
+    test/conformance/upstream/stack.yaml >"$report/stack.yaml"
+  kubectl apply -f "$report/stack.yaml" >&2
+  kubectl -n default rollout status statefulset/upstream-hostpath --timeout=5m >&2
+  kubectl -n kube-system rollout status deployment/snapshot-controller --timeout=5m >&2
+fi
 kubectl apply -f test/conformance/hostnetwork.yaml >&2
 
 # 3. The suites.
@@ -108,7 +170,7 @@ KUBE_TEST_REPO_LIST="$images/repo-list.yaml" ginkgo --procs="$procs" --timeout="
   --focus="$focus" --skip="$skip" --no-color --junit-report=junit.xml --output-dir="$report" \
   "$bin/e2e.test" -- \
   -kubeconfig="$KUBECONFIG" -provider=local -kubectl-path="$bin/kubectl" -kubelet-root-dir="$dir/node/kubelet" \
-  -storage.testdriver="$root/test/conformance/testdriver.yaml" -report-dir="$report" \
+  -storage.testdriver="$testdriver" -report-dir="$report" \
   >"$report/e2e.log" 2>&1
 rc=$?
 set -e

@@ -25,6 +25,10 @@ func main() {
 		fail(summary(os.Args[2]))
 		return
 	}
+	if len(os.Args) > 1 && os.Args[1] == "upstream" {
+		fail(upstream(os.Args[2:]))
+		return
+	}
 	var o conformance.ImageOptions
 	debs := flag.String("debs", "", "folder of the Debian packages the images are made of (missing ones are downloaded with apt-get)")
 	flag.StringVar(&o.Agnhost, "agnhost", "", "static agnhost binary (hack/build-tools.sh agnhost)")
@@ -68,6 +72,38 @@ func summary(junit string) error {
 		return err
 	}
 	return conformance.WriteSummary(os.Stdout, counts)
+}
+
+func upstream(args []string) error {
+	fs := flag.NewFlagSet("upstream", flag.ExitOnError)
+	debs := fs.String("debs", "", "folder of the Debian packages (missing ones are downloaded with apt-get)")
+	var o conformance.UpstreamOptions
+	fs.StringVar(&o.BinDir, "bin", "", "folder of the static binaries, named like the images")
+	fs.StringVar(&o.Out, "out", "", "folder for the image tars")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if *debs == "" || o.BinDir == "" || o.Out == "" {
+		return fmt.Errorf("upstream: -debs, -bin and -out are required")
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	var err error
+	if o.Debs, err = conformance.FetchDebs(ctx, *debs, conformance.UpstreamPackages()); err != nil {
+		return err
+	}
+	if o.Created, err = imagebuild.SourceDateEpoch(); err != nil {
+		return err
+	}
+	tars, err := conformance.BuildUpstreamImages(ctx, o)
+	if err != nil {
+		return err
+	}
+	for _, img := range conformance.UpstreamImages {
+		fmt.Fprintf(os.Stderr, "conformance: built %s\n", img.Ref())
+	}
+	fmt.Println(strings.Join(tars, ","))
+	return nil
 }
 
 func fail(err error) {
