@@ -39,7 +39,12 @@ if [ "$(id -u)" = 0 ]; then
   SHUTTER_TEST_NODES=1 go test -count=1 -timeout 20m ${TEST_FLAGS:-} ./test/nodes/
   # Kubernetes' own snapshottable suite against the chart on the local node (docs/conformance.md;
   # `make conformance` runs the wider set).
-  SUITES=snapshottable PROCS=2 REPORT_DIR="$state/conformance" hack/conformance.sh
+  # A failed run prints what failed and the controller's log: its report goes with $state.
+  if ! SUITES=snapshottable PROCS=2 REPORT_DIR="$state/conformance" hack/conformance.sh; then
+    grep -E -A12 '^\s*\[(FAILED|PANICKED|TIMEDOUT)\]' "$state/conformance/e2e.log" | tail -200 >&2 || true
+    tail -n 200 "$state"/conformance/pod-logs/shutter-system_shutter-snapshot-controller-*/*/*.log >&2 || true
+    exit 1
+  fi
 fi
 
 hack/fuzz.sh "${FUZZTIME:-20s}"

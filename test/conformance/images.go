@@ -138,13 +138,19 @@ func BuildImages(ctx context.Context, o ImageOptions) ([]string, error) {
 		if err != nil {
 			return nil, fmt.Errorf("%s: %w", img.Ref(), err)
 		}
-		out := filepath.Join(o.Out, img.Name+".tar")
-		if err := imagebuild.WriteLayoutFile(out, imagebuild.Tagged{Ref: img.Ref(), Index: index}); err != nil {
+		out, err := writeTar(o.Out, img.Name, img.Ref(), index)
+		if err != nil {
 			return nil, err
 		}
 		tars = append(tars, out)
 	}
 	return tars, nil
+}
+
+// writeTar writes index, named ref, as the OCI image-layout tar dir/name.tar and returns its path.
+func writeTar(dir, name, ref string, index v1.ImageIndex) (string, error) {
+	out := filepath.Join(dir, name+".tar")
+	return out, imagebuild.WriteLayoutFile(out, imagebuild.Tagged{Ref: ref, Index: index})
 }
 
 // buildImage builds one suite image from busybox's files (and agnhost's binary if it wants it).

@@ -78,6 +78,15 @@ func TestBuildImages(t *testing.T) {
 		"localhost/shutter/e2e/glibc-dns-testing:2.1.1",
 		"localhost/shutter/e2e/pause:3.10.2",
 	}
+	got := imageNames(t, tars)
+	if !slices.Equal(got, want) {
+		t.Errorf("image names %q, want %q", got, want)
+	}
+}
+
+// imageNames are the names of the images in the tars, in order.
+func imageNames(t *testing.T, tars []string) []string {
+	t.Helper()
 	var got []string
 	for _, tarPath := range tars {
 		names, err := cluster.ImageNames(tarPath)
@@ -86,9 +95,7 @@ func TestBuildImages(t *testing.T) {
 		}
 		got = append(got, names...)
 	}
-	if !slices.Equal(got, want) {
-		t.Errorf("image names %q, want %q", got, want)
-	}
+	return got
 }
 
 func TestOverlayPackages(t *testing.T) {

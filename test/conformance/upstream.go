@@ -87,8 +87,8 @@ func BuildUpstreamImages(ctx context.Context, o UpstreamOptions) ([]string, erro
 		if err != nil {
 			return nil, fmt.Errorf("%s: %w", img.Ref(), err)
 		}
-		out := filepath.Join(o.Out, img.Name+".tar")
-		if err := imagebuild.WriteLayoutFile(out, imagebuild.Tagged{Ref: img.Ref(), Index: index}); err != nil {
+		out, err := writeTar(o.Out, img.Name, img.Ref(), index)
+		if err != nil {
 			return nil, err
 		}
 		tars = append(tars, out)

@@ -7,8 +7,6 @@ import (
 	"slices"
 	"testing"
 	"time"
-
-	"github.com/shutter-csi/shutter/test/cluster"
 )
 
 // TestBuildUpstreamImages: the reference stack's images carry the names stack.yaml uses; the
@@ -37,14 +35,7 @@ func TestBuildUpstreamImages(t *testing.T) {
 	}
 	want := []string{"localhost/upstream/hostpathplugin:v1.18.0", "localhost/upstream/csi-node-driver-registrar:v2.17.0",
 		"localhost/upstream/csi-snapshotter:v8.6.0", "localhost/upstream/snapshot-controller:v8.6.0"}
-	var got []string
-	for _, tarPath := range tars {
-		names, err := cluster.ImageNames(tarPath)
-		if err != nil {
-			t.Fatal(err)
-		}
-		got = append(got, names...)
-	}
+	got := imageNames(t, tars)
 	if !slices.Equal(got, want) {
 		t.Fatalf("image names %q, want %q", got, want)
 	}
