@@ -126,13 +126,9 @@ func BuildImages(ctx context.Context, o ImageOptions) ([]string, error) {
 	}
 	var tars []string
 	for _, img := range SuiteImages {
-		files := base
-		for _, p := range img.Packages {
-			extra, err := DebFiles(ctx, o.Debs[p])
-			if err != nil {
-				return nil, fmt.Errorf("%s: package %s: %w", img.Ref(), p, err)
-			}
-			files = Overlay(files, extra)
+		files, err := withPackages(ctx, base, o.Debs, img.Packages)
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", img.Ref(), err)
 		}
 		index, err := buildImage(img, files, agnhost, version, o.Created)
 		if err != nil {
@@ -145,6 +141,20 @@ func BuildImages(ctx context.Context, o ImageOptions) ([]string, error) {
 		tars = append(tars, out)
 	}
 	return tars, nil
+}
+
+// withPackages returns base with the files of the named packages (their .deb files in debs) put
+// over it, in order.
+func withPackages(ctx context.Context, base []imagebuild.File, debs map[string]string, packages []string) ([]imagebuild.File, error) {
+	files := base
+	for _, p := range packages {
+		extra, err := DebFiles(ctx, debs[p])
+		if err != nil {
+			return nil, fmt.Errorf("package %s: %w", p, err)
+		}
+		files = Overlay(files, extra)
+	}
+	return files, nil
 }
 
 // writeTar writes index, named ref, as the OCI image-layout tar dir/name.tar and returns its path.

@@ -159,11 +159,7 @@ func TestSuiteImageFiles(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			img := onlyImage(t, index)
-			cfg, err := img.ConfigFile()
-			if err != nil {
-				t.Fatal(err)
-			}
+			img, cfg := imageConfig(t, index)
 			if !slices.Equal(cfg.Config.Entrypoint, tc.entrypoint) {
 				t.Errorf("entrypoint %q, want %q", cfg.Config.Entrypoint, tc.entrypoint)
 			}
@@ -181,6 +177,17 @@ func TestSuiteImageFiles(t *testing.T) {
 			}
 		})
 	}
+}
+
+// imageConfig is the one image of index and its configuration.
+func imageConfig(t *testing.T, index v1.ImageIndex) (v1.Image, *v1.ConfigFile) {
+	t.Helper()
+	img := onlyImage(t, index)
+	cfg, err := img.ConfigFile()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return img, cfg
 }
 
 func onlyImage(t *testing.T, index v1.ImageIndex) v1.Image {

@@ -102,13 +102,9 @@ func upstreamImage(ctx context.Context, img UpstreamImage, base []imagebuild.Fil
 	binary []byte, created time.Time) (v1.ImageIndex, error) {
 	var files []imagebuild.File
 	if len(img.Packages) > 0 {
-		files = base
-		for _, p := range img.Packages {
-			extra, err := DebFiles(ctx, debs[p])
-			if err != nil {
-				return nil, fmt.Errorf("package %s: %w", p, err)
-			}
-			files = Overlay(files, extra)
+		var err error
+		if files, err = withPackages(ctx, base, debs, img.Packages); err != nil {
+			return nil, err
 		}
 	}
 	files = append(append([]imagebuild.File(nil), files...), imagebuild.File{Path: "/" + img.Name, Mode: 0o755, Data: binary})

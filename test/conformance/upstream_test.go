@@ -52,11 +52,7 @@ func TestBuildUpstreamImages(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		img := onlyImage(t, index)
-		cfg, err := img.ConfigFile()
-		if err != nil {
-			t.Fatal(err)
-		}
+		img, cfg := imageConfig(t, index)
 		if want := []string{"/" + tc.image.Name}; !slices.Equal(cfg.Config.Entrypoint, want) {
 			t.Errorf("%s: entrypoint %q, want %q", tc.image.Name, cfg.Config.Entrypoint, want)
 		}
