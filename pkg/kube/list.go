@@ -62,10 +62,17 @@ func (p PagedList[L]) tweak(opts *metav1.ListOptions) {
 // is the one all pages were read at.
 func (p PagedList[L]) list(ctx context.Context, opts metav1.ListOptions) (runtime.Object, error) {
 	p.tweak(&opts)
-	if opts.ResourceVersion == "0" {
+	switch {
+	case opts.ResourceVersion == "0":
 		// "Anything cached" is served whole, limit or not; a consistent read honours the limit
 		// and is served from the API server's cache too.
 		opts.ResourceVersion, opts.ResourceVersionMatch = "", ""
+	case opts.ResourceVersion != "" && opts.ResourceVersionMatch == "":
+		// A relist at the last resourceVersion seen, after a watch from it ended "too old". With
+		// a limit and no match, the API server reads a resourceVersion exactly: the same old
+		// state again, whose watch is too old again, until etcd compacts it (minutes of
+		// missed objects). The reflector means "at least this fresh".
+		opts.ResourceVersionMatch = metav1.ResourceVersionMatchNotOlderThan
 	}
 	opts.Limit = p.PageSize
 	if opts.Limit <= 0 {

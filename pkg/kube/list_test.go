@@ -98,6 +98,29 @@ func TestPagedListInformer(t *testing.T) {
 	}, func(n int) bool { return n == 8 })
 }
 
+// TestPagedRelistIsNotStale relists at an older resourceVersion, as the reflector does when a
+// watch from its last resourceVersion ends "too old" (an API server cache started after it): the
+// pages hold the newest state. A paged read at a resourceVersion without a match is exact, and
+// the informer then loops on that old state, missing every later object.
+func TestPagedRelistIsNotStale(t *testing.T) {
+	env := testenv.Start(t)
+	testenv.InstallCRDs(t, env.Config)
+	kube := kubernetes.NewForConfigOrDie(env.Config)
+	client := clientset.NewForConfigOrDie(env.Config).SnapshotV1().VolumeSnapshots(testenv.Namespace(t, kube))
+	old := testenv.Create(t, client, snapshotNamed("snap-old")).ResourceVersion
+	testenv.Create(t, client, snapshotNamed("snap-new"))
+
+	paged := PagedList[*snapshotv1.VolumeSnapshotList]{List: client.List, Watch: client.Watch, PageSize: 1}
+	out, err := paged.list(context.Background(), metav1.ListOptions{ResourceVersion: old})
+	if err != nil {
+		t.Fatal(err)
+	}
+	list := out.(*snapshotv1.VolumeSnapshotList)
+	if len(list.Items) != 2 {
+		t.Fatalf("relist at resourceVersion %s returned %d snapshots (list resourceVersion %s), want both", old, len(list.Items), list.ResourceVersion)
+	}
+}
+
 func snapshotNamed(name string) *snapshotv1.VolumeSnapshot {
 	return &snapshotv1.VolumeSnapshot{ObjectMeta: metav1.ObjectMeta{Name: name},
 		Spec: snapshotv1.VolumeSnapshotSpec{Source: snapshotv1.VolumeSnapshotSource{PersistentVolumeClaimName: ptr.To("claim")}}}
