@@ -316,17 +316,20 @@ func TestCreateWithoutID(t *testing.T) {
 
 func TestErrorsClassified(t *testing.T) {
 	tests := []struct {
-		name   string
-		driver *testDriver
-		want   Outcome
+		name    string
+		driver  *testDriver
+		timeout time.Duration
+		want    Outcome
 	}{
-		{name: "timeout", driver: &testDriver{ctrlCaps: allCaps, delay: time.Second}, want: InProgress},
-		{name: "final", driver: &testDriver{ctrlCaps: allCaps, createErr: status.Error(codes.InvalidArgument, "no")}, want: Failed},
-		{name: "aborted", driver: &testDriver{ctrlCaps: allCaps, createErr: status.Error(codes.Aborted, "busy")}, want: Busy},
+		{name: "timeout", driver: &testDriver{ctrlCaps: allCaps, delay: time.Second}, timeout: 200 * time.Millisecond, want: InProgress},
+		// The answers come at once; the long timeout keeps a loaded machine (-race) from
+		// turning them into timeouts.
+		{name: "final", driver: &testDriver{ctrlCaps: allCaps, createErr: status.Error(codes.InvalidArgument, "no")}, timeout: 10 * time.Second, want: Failed},
+		{name: "aborted", driver: &testDriver{ctrlCaps: allCaps, createErr: status.Error(codes.Aborted, "busy")}, timeout: 10 * time.Second, want: Busy},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			c := connect(t, tc.driver, 200*time.Millisecond)
+			c := connect(t, tc.driver, tc.timeout)
 			_, err := c.CreateSnapshot(t.Context(), CreateSnapshotRequest{Name: "n", SourceVolumeID: "v"})
 			if got := Classify(err); got != tc.want {
 				t.Errorf("Classify(%v) = %s, want %s", err, got, tc.want)
