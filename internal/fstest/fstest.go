@@ -7,6 +7,7 @@ package fstest
 import (
 	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"testing"
@@ -41,6 +42,38 @@ func Allocated(t testing.TB, path string) int64 {
 		t.Fatal(err)
 	}
 	return st.Blocks * 512
+}
+
+// AllocatedUnder is the disk space the regular files under dir take on dir's filesystem (what
+// is mounted below dir is not counted), a count that, unlike the filesystem's free space, no
+// other process writing beside a test can change.
+func AllocatedUnder(t testing.TB, dir string) int64 {
+	t.Helper()
+	var root unix.Stat_t
+	if err := unix.Stat(dir, &root); err != nil {
+		t.Fatal(err)
+	}
+	var total int64
+	err := filepath.WalkDir(dir, func(path string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		var st unix.Stat_t
+		if err := unix.Lstat(path, &st); err != nil {
+			return err
+		}
+		switch {
+		case st.Dev != root.Dev && d.IsDir():
+			return fs.SkipDir
+		case d.Type().IsRegular():
+			total += st.Blocks * 512
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return total
 }
 
 // FillDisk writes a file into dir until its filesystem is full and returns the file's path;
