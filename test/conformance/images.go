@@ -124,23 +124,13 @@ func BuildImages(ctx context.Context, o ImageOptions) ([]string, error) {
 	if err := os.MkdirAll(o.Out, 0o755); err != nil {
 		return nil, err
 	}
-	var tars []string
-	for _, img := range SuiteImages {
+	return writeTars(o.Out, SuiteImages, func(img SuiteImage) (v1.ImageIndex, error) {
 		files, err := withPackages(ctx, base, o.Debs, img.Packages)
-		if err != nil {
-			return nil, fmt.Errorf("%s: %w", img.Ref(), err)
-		}
-		index, err := buildImage(img, files, agnhost, version, o.Created)
-		if err != nil {
-			return nil, fmt.Errorf("%s: %w", img.Ref(), err)
-		}
-		out, err := writeTar(o.Out, img.Name, img.Ref(), index)
 		if err != nil {
 			return nil, err
 		}
-		tars = append(tars, out)
-	}
-	return tars, nil
+		return buildImage(img, files, agnhost, version, o.Created)
+	})
 }
 
 // withPackages returns base with the files of the named packages (their .deb files in debs) put
@@ -157,10 +147,32 @@ func withPackages(ctx context.Context, base []imagebuild.File, debs map[string]s
 	return files, nil
 }
 
-// writeTar writes index, named ref, as the OCI image-layout tar dir/name.tar and returns its path.
-func writeTar(dir, name, ref string, index v1.ImageIndex) (string, error) {
-	out := filepath.Join(dir, name+".tar")
-	return out, imagebuild.WriteLayoutFile(out, imagebuild.Tagged{Ref: ref, Index: index})
+// image is what writeTars needs of SuiteImage and UpstreamImage.
+type image interface {
+	// Ref is the image's full name; fileName its tar's name without ".tar".
+	Ref() string
+	fileName() string
+}
+
+func (i SuiteImage) fileName() string    { return i.Name }
+func (i UpstreamImage) fileName() string { return i.Name }
+
+// writeTars builds each of imgs with build and writes it, named by its Ref, as the OCI
+// image-layout tar dir/<fileName>.tar; it returns the tars' paths.
+func writeTars[I image](dir string, imgs []I, build func(I) (v1.ImageIndex, error)) ([]string, error) {
+	var tars []string
+	for _, img := range imgs {
+		index, err := build(img)
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", img.Ref(), err)
+		}
+		out := filepath.Join(dir, img.fileName()+".tar")
+		if err := imagebuild.WriteLayoutFile(out, imagebuild.Tagged{Ref: img.Ref(), Index: index}); err != nil {
+			return nil, err
+		}
+		tars = append(tars, out)
+	}
+	return tars, nil
 }
 
 // buildImage builds one suite image from busybox's files (and agnhost's binary if it wants it).

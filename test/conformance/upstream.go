@@ -2,7 +2,6 @@ package conformance
 
 import (
 	"context"
-	"fmt"
 	"os"
 	"path/filepath"
 	"runtime"
@@ -77,23 +76,13 @@ func BuildUpstreamImages(ctx context.Context, o UpstreamOptions) ([]string, erro
 		return nil, err
 	}
 	base := BusyboxFiles(busybox, applets)
-	var tars []string
-	for _, img := range UpstreamImages {
+	return writeTars(o.Out, UpstreamImages, func(img UpstreamImage) (v1.ImageIndex, error) {
 		binary, err := os.ReadFile(filepath.Join(o.BinDir, img.Name))
-		if err != nil {
-			return nil, fmt.Errorf("%s: %w", img.Ref(), err)
-		}
-		index, err := upstreamImage(ctx, img, base, o.Debs, binary, o.Created)
-		if err != nil {
-			return nil, fmt.Errorf("%s: %w", img.Ref(), err)
-		}
-		out, err := writeTar(o.Out, img.Name, img.Ref(), index)
 		if err != nil {
 			return nil, err
 		}
-		tars = append(tars, out)
-	}
-	return tars, nil
+		return upstreamImage(ctx, img, base, o.Debs, binary, o.Created)
+	})
 }
 
 // upstreamImage builds img from its binary, over busybox's files (base) and its packages' files
