@@ -7,6 +7,7 @@ replace github.com/shutter-csi/shutter/client => ./client
 require (
 	github.com/container-storage-interface/spec v1.13.0
 	github.com/diskfs/go-diskfs v1.9.4
+	github.com/go-json-experiment/json v1.27.2
 	github.com/go-logr/logr v1.4.4
 	github.com/google/go-containerregistry v0.22.1
 	github.com/kubernetes-csi/csi-lib-utils v0.25.0

@@ -350,6 +350,32 @@ func TestAddPacedLetsNewKeysThrough(t *testing.T) {
 	expectNewKeySoon(t, q, start)
 }
 
+// TestFirstListTakesUnfinishedFirst: of a first list of 5,000 settled objects and one that is
+// not, listed last, the unsettled one is queued at once, after no more of the paced keys than are
+// due by then; paced like the others, it would come last.
+func TestFirstListTakesUnfinishedFirst(t *testing.T) {
+	q := NewQueue[Key]("first", Options{}, func(context.Context, Key) error { return nil })
+	defer q.ShutDown()
+	first := FirstList(q, func(o *metav1.ObjectMeta) bool { return o.Name != "unfinished" },
+		func(o *metav1.ObjectMeta) { q.Add(KeyOf(o)) })
+	start := time.Now()
+	for i := range 5000 {
+		first(obj(fmt.Sprintf("listed-%d", i), "1", "1"))
+	}
+	first(obj("unfinished", "1", "1"))
+	due := int(time.Since(start)/paceInterval) + 50
+	for i := 0; ; i++ {
+		key, _ := q.queue.Get()
+		q.queue.Done(key)
+		if key.Name == "unfinished" {
+			if i > due {
+				t.Errorf("the unfinished object came after %d settled ones, want at most %d", i, due)
+			}
+			return
+		}
+	}
+}
+
 // expectNewKeySoon adds the key "new" and checks that it comes out of q after no more of the
 // paced keys (added since start) than are due by now.
 func expectNewKeySoon(t *testing.T, q *Queue[string], start time.Time) {

@@ -60,6 +60,21 @@ func HandlerWithInitialList[T metav1.Object](written *Writes[T], add, initial fu
 	}
 }
 
+// FirstList returns what an informer's first list does with each object (HandlerWithInitialList's
+// initial): the keys of settled objects, those likely to need nothing, are queued in q paced
+// (AddPaced), and every other object goes to add at once. After a restart with tens of thousands
+// of objects, the few that the restart interrupted or that were created meanwhile are taken
+// first, and a change made later waits behind a few of the rest, not behind all of them.
+func FirstList[T metav1.Object](q *Queue[Key], settled func(T) bool, add func(T)) func(T) {
+	return func(obj T) {
+		if settled(obj) {
+			q.AddPaced(KeyOf(obj))
+			return
+		}
+		add(obj)
+	}
+}
+
 // Key is the queue key of an object: its namespace (empty for cluster-scoped kinds) and name.
 type Key = cache.ObjectName
 

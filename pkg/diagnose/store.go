@@ -105,12 +105,17 @@ type store struct {
 	trustErr        error
 }
 
-func newStore(kube kubernetes.Interface, snap clientset.Interface, now time.Time, chunk int64, leaseNamespaces []string) *store {
-	s := &store{kube: kube, snap: snap, now: now, leaseNamespaces: leaseNamespaces}
-	v1, g1, core := snap.SnapshotV1(), snap.GroupsnapshotV1(), kube.CoreV1()
-	s.snapshots = objectsOf(chunk, v1.VolumeSnapshots, func(l *snapshotv1.VolumeSnapshotList) []snapshotv1.VolumeSnapshot { return l.Items })
-	s.contents = objectsOf(chunk, clusterScoped(v1.VolumeSnapshotContents),
-		func(l *snapshotv1.VolumeSnapshotContentList) []snapshotv1.VolumeSnapshotContent { return l.Items })
+func newStore(kubeClient kubernetes.Interface, snap clientset.Interface, now time.Time, chunk int64, leaseNamespaces []string) *store {
+	s := &store{kube: kubeClient, snap: snap, now: now, leaseNamespaces: leaseNamespaces}
+	v1, g1, core := snap.SnapshotV1(), snap.GroupsnapshotV1(), kubeClient.CoreV1()
+	s.snapshots = objectsOf(chunk, func(namespace string) typedClient[*snapshotv1.VolumeSnapshot, *snapshotv1.VolumeSnapshotList] {
+		c := v1.VolumeSnapshots(namespace)
+		return fastList[*snapshotv1.VolumeSnapshot, *snapshotv1.VolumeSnapshotList]{c, kube.FastList(v1.RESTClient(), "volumesnapshots", namespace, c.List)}
+	}, func(l *snapshotv1.VolumeSnapshotList) []snapshotv1.VolumeSnapshot { return l.Items })
+	s.contents = objectsOf(chunk, func(string) typedClient[*snapshotv1.VolumeSnapshotContent, *snapshotv1.VolumeSnapshotContentList] {
+		c := v1.VolumeSnapshotContents()
+		return fastList[*snapshotv1.VolumeSnapshotContent, *snapshotv1.VolumeSnapshotContentList]{c, kube.FastList(v1.RESTClient(), "volumesnapshotcontents", "", c.List)}
+	}, func(l *snapshotv1.VolumeSnapshotContentList) []snapshotv1.VolumeSnapshotContent { return l.Items })
 	s.classes = objectsOf(chunk, clusterScoped(v1.VolumeSnapshotClasses),
 		func(l *snapshotv1.VolumeSnapshotClassList) []snapshotv1.VolumeSnapshotClass { return l.Items })
 	s.groups = objectsOf(chunk, g1.VolumeGroupSnapshots, func(l *groupv1.VolumeGroupSnapshotList) []groupv1.VolumeGroupSnapshot { return l.Items })
@@ -127,6 +132,17 @@ func newStore(kube kubernetes.Interface, snap clientset.Interface, now time.Time
 type typedClient[T, L any] interface {
 	Get(ctx context.Context, name string, opts metav1.GetOptions) (T, error)
 	List(ctx context.Context, opts metav1.ListOptions) (L, error)
+}
+
+// fastList is a typed client whose List is kube.FastList's, for the two kinds that number in the
+// tens of thousands.
+type fastList[T, L any] struct {
+	typedClient[T, L]
+	list func(context.Context, metav1.ListOptions) (L, error)
+}
+
+func (c fastList[T, L]) List(ctx context.Context, opts metav1.ListOptions) (L, error) {
+	return c.list(ctx, opts)
 }
 
 // objectsOf reads objects of type T through client, the typed client of a namespace; items

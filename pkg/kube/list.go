@@ -135,13 +135,15 @@ func byNamespace() cache.Indexers {
 	return cache.Indexers{cache.NamespaceIndex: cache.MetaNamespaceIndexFunc}
 }
 
-// PagedSnapshots makes factory's VolumeSnapshot informer list in pages (PagedList), with tweak
-// applied to its options and transform, the factory's own transform, applied to each page. Call
+// PagedSnapshots makes factory's VolumeSnapshot informer list in pages (PagedList), decoded by
+// DecodeList, with tweak applied to its options and transform, the factory's own transform,
+// applied to each page. Call
 // it before anything asks the factory for that informer; the factory starts it like its others.
 func PagedSnapshots(factory snapinformers.SharedInformerFactory, tweak func(*metav1.ListOptions), transform cache.TransformFunc) {
 	factory.InformerFor(&snapshotv1.VolumeSnapshot{}, func(client clientset.Interface, resync time.Duration) cache.SharedIndexInformer {
 		c := client.SnapshotV1().VolumeSnapshots(metav1.NamespaceAll)
-		return PagedList[*snapshotv1.VolumeSnapshotList]{List: c.List, Watch: c.Watch, Tweak: tweak, Transform: transform}.
+		list := FastList(client.SnapshotV1().RESTClient(), "volumesnapshots", metav1.NamespaceAll, c.List)
+		return PagedList[*snapshotv1.VolumeSnapshotList]{List: list, Watch: c.Watch, Tweak: tweak, Transform: transform}.
 			Informer(&snapshotv1.VolumeSnapshot{}, resync, byNamespace())
 	})
 }
@@ -150,7 +152,8 @@ func PagedSnapshots(factory snapinformers.SharedInformerFactory, tweak func(*met
 func PagedContents(factory snapinformers.SharedInformerFactory, tweak func(*metav1.ListOptions), transform cache.TransformFunc) {
 	factory.InformerFor(&snapshotv1.VolumeSnapshotContent{}, func(client clientset.Interface, resync time.Duration) cache.SharedIndexInformer {
 		c := client.SnapshotV1().VolumeSnapshotContents()
-		return PagedList[*snapshotv1.VolumeSnapshotContentList]{List: c.List, Watch: c.Watch, Tweak: tweak, Transform: transform}.
+		list := FastList(client.SnapshotV1().RESTClient(), "volumesnapshotcontents", "", c.List)
+		return PagedList[*snapshotv1.VolumeSnapshotContentList]{List: list, Watch: c.Watch, Tweak: tweak, Transform: transform}.
 			Informer(&snapshotv1.VolumeSnapshotContent{}, resync, byNamespace())
 	})
 }

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/cache"
@@ -31,10 +32,13 @@ type listCall struct {
 	limit                    int64
 	resourceVersion, resumed string
 	items                    int
+	// undecoded counts the items that kept managedFields or lost their spec: FastList decodes
+	// every page without managedFields.
+	undecoded int
 }
 
-// TestPagedListInformer lists seven snapshots in pages of three against the real API server: the
-// informer's first list (resourceVersion "0", which the API server would serve whole) goes out
+// TestPagedListInformer lists seven snapshots in pages of three against the real API server,
+// through FastList: the informer's first list (resourceVersion "0", which the API server would serve whole) goes out
 // as a consistent read with the limit, follows the continue tokens, and every cached object has
 // gone through the transform; the watch then carries on from the list's resourceVersion.
 func TestPagedListInformer(t *testing.T) {
@@ -48,14 +52,24 @@ func TestPagedListInformer(t *testing.T) {
 		testenv.Create(t, client, snapshotNamed(fmt.Sprintf("snap-%d", i)))
 	}
 
+	fast := FastList(snaps.SnapshotV1().RESTClient(), "volumesnapshots", ns, client.List)
+	if _, err := FastList(snaps.SnapshotV1().RESTClient(), "volumesnapshotz", ns, client.List)(context.Background(), metav1.ListOptions{}); !apierrors.IsNotFound(err) {
+		t.Errorf("a list of an unknown resource failed with %v, want NotFound", err)
+	}
 	var mu sync.Mutex
 	var calls []listCall
 	paged := PagedList[*snapshotv1.VolumeSnapshotList]{
 		List: func(ctx context.Context, opts metav1.ListOptions) (*snapshotv1.VolumeSnapshotList, error) {
-			list, err := client.List(ctx, opts)
+			list, err := fast(ctx, opts)
 			if err == nil {
+				call := listCall{limit: opts.Limit, resourceVersion: opts.ResourceVersion, resumed: opts.Continue, items: len(list.Items)}
+				for _, vs := range list.Items {
+					if len(vs.ManagedFields) != 0 || ptr.Deref(vs.Spec.Source.PersistentVolumeClaimName, "") != "claim" {
+						call.undecoded++
+					}
+				}
 				mu.Lock()
-				calls = append(calls, listCall{limit: opts.Limit, resourceVersion: opts.ResourceVersion, resumed: opts.Continue, items: len(list.Items)})
+				calls = append(calls, call)
 				mu.Unlock()
 			}
 			return list, err
@@ -78,8 +92,8 @@ func TestPagedListInformer(t *testing.T) {
 	}
 	for i, want := range []int{3, 3, 1} {
 		c := got[i]
-		if c.limit != 3 || c.resourceVersion != "" || c.items != want || (i == 0) != (c.resumed == "") {
-			t.Errorf("page %d: %+v, want limit 3, no resourceVersion, %d items, continue token on later pages only", i, c, want)
+		if c.limit != 3 || c.resourceVersion != "" || c.items != want || (i == 0) != (c.resumed == "") || c.undecoded != 0 {
+			t.Errorf("page %d: %+v, want limit 3, no resourceVersion, %d items decoded without managedFields, continue token on later pages only", i, c, want)
 		}
 	}
 	objs := informer.GetStore().List()

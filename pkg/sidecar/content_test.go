@@ -284,3 +284,24 @@ func TestBusyRetriesSoon(t *testing.T) {
 		t.Error("no jitter")
 	}
 }
+
+// TestSettled: of a first list, only this driver's ready contents that are not being deleted are
+// settled (queued paced); the others are queued at once, or not at all when not this driver's.
+func TestSettled(t *testing.T) {
+	f := newFixture(t, config{})
+	for _, tc := range []struct {
+		name string
+		c    content
+		want bool
+	}{
+		{"ready", newContent("c", withStatus("h", true)), true},
+		{"not ready", newContent("c", withStatus("h", false)), false},
+		{"no status", newContent("c"), false},
+		{"ready, being deleted", newContent("c", withStatus("h", true), deleting), false},
+		{"ready, another driver's", newContent("c", withStatus("h", true), withDriver("other.example.com")), false},
+	} {
+		if got := f.content.settled(tc.c); got != tc.want {
+			t.Errorf("%s: settled %v, want %v", tc.name, got, tc.want)
+		}
+	}
+}

@@ -122,6 +122,12 @@ func (r *reconciler[T]) mine(obj T) bool {
 	return r.cfg.node == "" || obj.GetLabels()[protocol.LabelManagedBy] == r.cfg.node
 }
 
+// settled tells whether obj is this sidecar's and likely to need nothing: ready and not being
+// deleted (controller.FirstList).
+func (r *reconciler[T]) settled(obj T) bool {
+	return r.mine(obj) && obj.GetDeletionTimestamp() == nil && r.kind.state(obj).ready
+}
+
 // sync is the state diagram: it finds the one transition obj is due for.
 func (r *reconciler[T]) sync(ctx context.Context, key controller.Key) error {
 	listed, err := r.objects.Get(key.Name)

@@ -125,14 +125,10 @@ func start[T kube.Object[T]](ctx context.Context, r *reconciler[T], informer cac
 			q.Add(controller.KeyOf(obj))
 		}
 	}
-	// The first list's objects are queued paced, as the controller's are: after a restart with
-	// tens of thousands of contents, a new one is taken after a few of them, not after all.
-	addPaced := func(obj T) {
-		if r.mine(obj) {
-			q.AddPaced(controller.KeyOf(obj))
-		}
-	}
-	if _, err := informer.AddEventHandler(controller.HandlerWithInitialList(r.writer.Cache(), add, addPaced)); err != nil {
+	// The first list's settled objects are queued paced, as the controller's are, the others at
+	// once (controller.FirstList).
+	first := controller.FirstList(q, r.settled, add)
+	if _, err := informer.AddEventHandler(controller.HandlerWithInitialList(r.writer.Cache(), add, first)); err != nil {
 		klog.FromContext(ctx).Error(err, "Cannot watch", "queue", name)
 	}
 	return func() {

@@ -174,11 +174,11 @@ type tuning struct {
 	// urgentFirst makes the snapshot queue take the snapshots whose next sync likely finishes
 	// them (nearlyDone) before the others.
 	urgentFirst bool
-	// pacedStart queues each snapshot and content of the informers' first list by itself, paced
-	// (AddPaced), and nothing for the classes then: every object is queued by its own first list
-	// anyway, and after a restart with thousands of objects this halves the backlog a new object
-	// waits behind (controller.HandlerWithInitialList). Without it the first list is handled as
-	// any change.
+	// pacedStart queues each settled snapshot and content of the informers' first list by
+	// itself, paced, the others at once (controller.FirstList), and nothing for the classes then:
+	// every object is queued by its own first list anyway, and after a restart with thousands of
+	// objects this keeps the backlog a new or unfinished object waits behind short. Without it the
+	// first list is handled as any change.
 	pacedStart bool
 	// statusGrace is how long a new content's status waits for the sidecar's first report.
 	statusGrace time.Duration
@@ -214,8 +214,8 @@ func newReconciler[S kube.Object[S], C kube.Object[C]](c *Controller, p pair[S, 
 	// What the informers' first list does with each object.
 	firstSnapshot, firstContent, firstClass := r.onSnapshot, r.onContent, onClass
 	if p.pacedStart {
-		firstSnapshot = func(s S) { r.snapshotQueue.AddPaced(controller.KeyOf(s)) }
-		firstContent = func(c C) { r.contentQueue.AddPaced(controller.KeyOf(c)) }
+		firstSnapshot = controller.FirstList(r.snapshotQueue, r.settledSnapshot, r.onSnapshot)
+		firstContent = controller.FirstList(r.contentQueue, r.settledContent, r.onContent)
 		firstClass = func(metav1.Object) {}
 	}
 	var synced []cache.InformerSynced
@@ -233,6 +233,19 @@ func newReconciler[S kube.Object[S], C kube.Object[C]](c *Controller, p pair[S, 
 		synced = append(synced, h.informer.HasSynced)
 	}
 	return r, synced, nil
+}
+
+// settledSnapshot tells whether a snapshot of the first list is likely to need nothing: ready,
+// bound and not being deleted (controller.FirstList).
+func (r *reconciler[S, C]) settledSnapshot(s S) bool {
+	state := r.kind.state(s)
+	return s.GetDeletionTimestamp() == nil && state.ready && state.content != ""
+}
+
+// settledContent is settledSnapshot for a content: reported on by the sidecar and not being
+// deleted.
+func (r *reconciler[S, C]) settledContent(c C) bool {
+	return c.GetDeletionTimestamp() == nil && r.kind.info(c).reported
 }
 
 // onSnapshot queues a changed snapshot and the content it names, and tells the kind.

@@ -3,6 +3,7 @@ package snapshot
 import (
 	"testing"
 
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/utils/ptr"
 
@@ -37,5 +38,42 @@ func TestNearlyDone(t *testing.T) {
 				t.Errorf("nearlyDone %v, want %v", got, tc.want)
 			}
 		})
+	}
+}
+
+// TestSettled: only ready, bound snapshots and reported contents that are not being deleted
+// count as settled, the objects of a first list that are queued paced.
+func TestSettled(t *testing.T) {
+	content := protocol.ContentName("vs-uid")
+	ready := func(vs *snapshotv1.VolumeSnapshot) { vs.Status.ReadyToUse = ptr.To(true) }
+	c, _, _, _ := testController(t)
+	for _, tc := range []struct {
+		name string
+		vs   *snapshotv1.VolumeSnapshot
+		want bool
+	}{
+		{"new", newSnapshot(), false},
+		{"bound, not ready", newSnapshot(boundTo(content)), false},
+		{"bound and ready", newSnapshot(boundTo(content), ready), true},
+		{"ready, being deleted", newSnapshot(boundTo(content), ready, deleting), false},
+	} {
+		if got := c.singles.settledSnapshot(tc.vs); got != tc.want {
+			t.Errorf("snapshot %s: settled %v, want %v", tc.name, got, tc.want)
+		}
+	}
+	for _, tc := range []struct {
+		name string
+		c    *snapshotv1.VolumeSnapshotContent
+		want bool
+	}{
+		{"not reported", newContent(content), false},
+		{"reported", newContent(content, readyContent), true},
+		{"reported, being deleted", newContent(content, readyContent, func(c *snapshotv1.VolumeSnapshotContent) {
+			c.DeletionTimestamp = ptr.To(metav1.Now())
+		}), false},
+	} {
+		if got := c.singles.settledContent(tc.c); got != tc.want {
+			t.Errorf("content %s: settled %v, want %v", tc.name, got, tc.want)
+		}
 	}
 }
