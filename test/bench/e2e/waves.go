@@ -183,34 +183,23 @@ func (b *bench) progressWave(side string, w *wave) {
 		w.RSSMiB[procController], w.RSSMiB[procSidecar], w.EtcdMiB, w.Load)
 }
 
-// restartBoth stops the controller and the sidecar gracefully, starts both again with every
-// snapshot present, creates one new snapshot at once and times it to readyToUse. The
-// components' peak RSS after that is the peak of their start-up lists.
+// restartBoth stops the controller and the sidecar gracefully and starts both again with every
+// snapshot present (startBoth).
 func (b *bench) restartBoth(ctx context.Context, present int) (map[string]float64, error) {
 	procs := map[string]*stack.Process{procController: b.stack.Controllers[0], procSidecar: b.stack.Snapshotter}
-	out := map[string]float64{"load": loadAverage()}
+	before := map[string]float64{}
 	for name, p := range procs {
-		out[name+".rss_before_mib"] = memoryMiB(p.Pid(), "VmRSS")
+		before[name+".rss_before_mib"] = memoryMiB(p.Pid(), "VmRSS")
 		p.Stop(30 * time.Second)
 	}
-	start := time.Now()
-	for _, p := range procs {
-		if err := p.Start(); err != nil {
-			return nil, err
-		}
-	}
-	name := "after-restart"
-	if err := b.timeNewSnapshot(ctx, name, claimName(0), start, out); err != nil {
+	out, err := b.startBoth(ctx, present)
+	if err != nil {
 		return nil, err
 	}
-	for name, p := range procs {
-		out[name+".peak_rss_after_restart_mib"] = memoryMiB(p.Pid(), "VmHWM")
-		out[name+".cpu_s_after_restart"], _ = cpuSeconds(p.Pid())
+	for k, v := range before {
+		out[k] = v
 	}
-	b.progress("  new snapshot ready %.2fs after the restart (controller peak %.0f MiB, sidecar peak %.0f MiB)",
-		out["ready_after_restart_s"], out[procController+".peak_rss_after_restart_mib"], out[procSidecar+".peak_rss_after_restart_mib"])
-	_, err := b.deleteSome(ctx, []string{name}, present)
-	return out, err
+	return out, nil
 }
 
 // printScale writes the checkpoint rows of every side.
