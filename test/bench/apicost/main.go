@@ -3,16 +3,20 @@
 // snapshot, each kind a few hundred times in a row, and prints the API server's CPU time per
 // request of each kind (from /proc/<pid>/stat), beside variants of the same step (a PUT instead
 // of a merge patch, fieldValidation=Ignore). CPU time depends far less on the machine's load than
-// wall time does; run it a few times and compare the medians.
+// wall time does; run it a few times and compare the medians. Last, it lists every snapshot and
+// content made, in pages as the components' start-up lists do and whole, and prints the API
+// server's CPU per listed object: what a restart with many snapshots costs it.
 //
-//	go run ./test/bench/apicost [-n 400] [-rounds 3]
+//	go run ./test/bench/apicost [-n 400] [-rounds 3] [-lists 20]
 package main
 
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"flag"
 	"fmt"
+	"math"
 	"os"
 	"path/filepath"
 	"slices"
@@ -32,6 +36,8 @@ import (
 
 	snapshotv1 "github.com/shutter-csi/shutter/client/apis/volumesnapshot/v1"
 	clientset "github.com/shutter-csi/shutter/client/clientset/versioned"
+	"github.com/shutter-csi/shutter/client/clientset/versioned/scheme"
+	"github.com/shutter-csi/shutter/pkg/kube"
 	"github.com/shutter-csi/shutter/test/cluster"
 	"github.com/shutter-csi/shutter/test/testenv"
 )
@@ -40,6 +46,9 @@ const namespace = "cost"
 
 // profileDir, when set, receives a CPU profile of the API server per step (first round).
 var profileDir string
+
+// lists is how many times each list is made at the end.
+var lists int
 
 // profileSeconds is how long each step's profile runs; give the step enough requests to last.
 const profileSeconds = 6
@@ -64,6 +73,7 @@ func main() {
 	n := flag.Int("n", 400, "requests of each kind per round")
 	rounds := flag.Int("rounds", 3, "rounds; the median per kind is printed")
 	flag.StringVar(&profileDir, "profile-dir", "", "write a CPU profile of the API server's first seconds of each step of the first round here")
+	flag.IntVar(&lists, "lists", 20, "lists of all snapshots and of all contents of each kind made at the end (0 skips them)")
 	flag.Parse()
 	if err := run(context.Background(), *n, *rounds); err != nil {
 		fmt.Fprintln(os.Stderr, "apicost:", err)
@@ -124,7 +134,72 @@ func run(ctx context.Context, n, rounds int) error {
 		v := slices.Sorted(slices.Values(results[name]))
 		fmt.Printf("  %-60s %6.2f ms   %v\n", name, v[len(v)/2], v)
 	}
+	return e.listCosts(ctx)
+}
+
+// listCosts lists every snapshot and every content the rounds made, lists times each, in pages
+// of kube.ListPageSize (consistent reads, as the components' start-up lists) and whole from the
+// watch cache (resourceVersion 0, client-go's default first list), and prints the API server's
+// CPU microseconds per listed object, the median of the lists.
+func (e *env) listCosts(ctx context.Context) error {
+	if lists <= 0 {
+		return nil
+	}
+	client := e.snaps.SnapshotV1().RESTClient()
+	fmt.Printf("\nAPI-server CPU per listed object, median of %d lists (all lists)\n", lists)
+	for _, resource := range []string{"volumesnapshots", "volumesnapshotcontents"} {
+		for _, v := range []struct {
+			name string
+			opts metav1.ListOptions
+		}{
+			{"in pages of 500", metav1.ListOptions{Limit: kube.ListPageSize}},
+			{"whole, resourceVersion 0", metav1.ListOptions{ResourceVersion: "0"}},
+		} {
+			var perObject []float64
+			var objects int
+			for range lists {
+				before, err := cpuSeconds(e.apiPid)
+				if err != nil {
+					return err
+				}
+				if objects, err = listAll(ctx, client, resource, v.opts); err != nil {
+					return fmt.Errorf("list %s %s: %w", resource, v.name, err)
+				}
+				after, err := cpuSeconds(e.apiPid)
+				if err != nil {
+					return err
+				}
+				perObject = append(perObject, math.Round(1e6*(after-before)/float64(objects)))
+			}
+			slices.Sort(perObject)
+			fmt.Printf("  %-60s %6.0f µs   %v\n", fmt.Sprintf("list %d %s %s", objects, resource, v.name), perObject[len(perObject)/2], perObject)
+		}
+	}
 	return nil
+}
+
+// listAll lists resource with opts, following continue tokens, and returns the number of objects.
+func listAll(ctx context.Context, client rest.Interface, resource string, opts metav1.ListOptions) (int, error) {
+	n := 0
+	for {
+		raw, err := client.Get().Resource(resource).VersionedParams(&opts, scheme.ParameterCodec).
+			SetHeader("Accept", "application/json").Do(ctx).Raw()
+		if err != nil {
+			return 0, err
+		}
+		var page struct {
+			Metadata metav1.ListMeta `json:"metadata"`
+			Items    []struct{}      `json:"items"`
+		}
+		if err := json.Unmarshal(raw, &page); err != nil {
+			return 0, err
+		}
+		n += len(page.Items)
+		if opts.Continue = page.Metadata.Continue; opts.Continue == "" {
+			return n, nil
+		}
+		opts.ResourceVersion = ""
+	}
 }
 
 // measure makes n requests of the step, 16 at a time, and returns the API server's CPU
