@@ -37,12 +37,12 @@ func TestDecodeListMatchesAPIMachinery(t *testing.T) {
 		&groupv1.VolumeGroupSnapshotList{}, &groupv1.VolumeGroupSnapshotContentList{}, &groupv1.VolumeGroupSnapshotClassList{},
 	} {
 		kind := reflect.TypeOf(list).Elem().Name()
+		gvk := findGV(scheme.Scheme.PrioritizedVersionsAllGroups(), kind).WithKind(kind)
 		t.Run(kind, func(t *testing.T) {
 			for i := range 200 {
 				in := list.DeepCopyObject()
 				f.Fill(in)
-				gv := scheme.Scheme.PrioritizedVersionsAllGroups()
-				in.GetObjectKind().SetGroupVersionKind(findGV(gv, kind).WithKind(kind))
+				in.GetObjectKind().SetGroupVersionKind(gvk)
 				data, err := json.Marshal(in)
 				if err != nil {
 					t.Fatal(err)

@@ -122,9 +122,9 @@ func (b *bench) unfill(ctx context.Context, names []string, present int) (map[st
 }
 
 // startBoth starts the controller and the sidecar and times a new snapshot to ready, deleting
-// it again; present is the number of snapshots there are besides it.
-// The API server's and etcd's CPU seconds until then are recorded too: serving the start-up lists
-// is most of a start's work.
+// it again; present is the number of snapshots there are besides it. The components' peak RSS
+// then is the peak of their start-up lists; the API server's and etcd's CPU seconds until then
+// are recorded too, since serving those lists is most of a start's work.
 func (b *bench) startBoth(ctx context.Context, present int) (map[string]float64, error) {
 	out := map[string]float64{"load": loadAverage(), "snapshots": float64(present)}
 	server := map[string]float64{}
